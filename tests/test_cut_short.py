@@ -1,0 +1,58 @@
+"""An answer cut short keeps the text so far, marked incomplete: whether the pupil left or the backend died."""
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from httpx_sse import connect_sse
+
+from service.app import create_app
+from tests.conftest import ServerThread, service_settings
+from tests.fakes import FAKE_WORDS, fake_backend_that_dies_mid_stream
+from tests.helpers import add_passage, ask_streaming, create_classroom, passage_text, stored_questions
+
+
+def wait_for_status(api: httpx.Client, classroom_id: str, status: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        [question] = stored_questions(api, classroom_id)
+        if question["status"] == status:
+            return question
+        time.sleep(0.1)
+    raise AssertionError(f"the question never became {status}: {question}")
+
+
+def test_pupil_leaving_mid_answer_keeps_the_text_so_far(api: httpx.Client) -> None:
+    classroom = create_classroom(api)
+    add_passage(api, classroom["id"], passage_text(100))
+    received: list[str] = []
+    payload = {"pupil": "Ada", "question": "Tell me everything about bees."}
+    with connect_sse(api, "POST", f"/api/classrooms/{classroom['id']}/questions", json=payload) as source:
+        for event in source.iter_sse():
+            if event.event == "token":
+                received.append(json.loads(event.data)["text"])
+            if len(received) == 3:
+                break  # the pupil closes the page
+
+    question = wait_for_status(api, classroom["id"], "incomplete")
+    assert question["answer"].startswith("".join(received))
+    assert question["error"] == "The pupil left before the answer finished."
+
+
+def test_backend_dying_mid_stream_ends_with_an_error_event_and_keeps_the_text(redis_url: str, model_dir: Path) -> None:
+    # The fake's own traceback, when it drops the connection, is expected: keep it out of the log.
+    with ServerThread(fake_backend_that_dies_mid_stream(), log_level="critical") as backend:
+        settings = service_settings(redis_url, f"{backend.url}/v1", model_dir)
+        with ServerThread(create_app(settings)) as service, httpx.Client(base_url=service.url, timeout=10) as api:
+            classroom = create_classroom(api)
+            add_passage(api, classroom["id"], passage_text(100))
+            streamed = ask_streaming(api, classroom["id"], "Ben", "Why do bees dance?")
+
+            assert streamed.text == "".join(FAKE_WORDS)
+            assert streamed.done is None
+            assert streamed.error is not None and "cut short" in streamed.error["message"]
+            [stored] = stored_questions(api, classroom["id"])
+            assert stored["status"] == "incomplete"
+            assert stored["answer"] == "".join(FAKE_WORDS)

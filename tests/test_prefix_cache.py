@@ -1,0 +1,89 @@
+"""Five pupils, one ~600-token passage: the layout is what lets pupils 2..5 reuse pupil 1's passage."""
+
+import httpx
+from openai import OpenAI
+
+from service.services import build_prompts
+from service.settings import Settings
+from tests.conftest import Vllm, report
+from tests.helpers import add_passage, ask_json, create_classroom, passage_text
+
+QUESTIONS = [
+    "Why do bees visit flowers?",
+    "What is pollination?",
+    "How do bees tell each other where food is?",
+    "What do bees do in winter?",
+    "Why do farmers bring hives to orchards?",
+]
+
+
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_passage_first_layout_reuses_the_cached_passage_and_question_first_does_not(
+    api: httpx.Client, vllm: Vllm, settings: Settings
+) -> None:
+    block = vllm.block_size()
+    prompts = build_prompts(settings)
+    tokenizer = prompts.tokenizer
+    text = passage_text(600)
+    classroom = create_classroom(api)
+    passage = add_passage(api, classroom["id"], text)
+    assert 550 <= passage["tokens"] <= 700
+
+    # Passage first, through the service, as pupils ask.
+    passage_first = []
+    for i, question in enumerate(QUESTIONS):
+        response = ask_json(api, classroom["id"], f"pupil {i + 1}", question)
+        assert response.status_code == 200, response.text
+        passage_first.append(response.json()["usage"])
+    ids = [tokenizer.chat_ids(prompts.messages("The honeybee", text, q)) for q in QUESTIONS]
+    shared = min(shared_prefix(ids[0], other) for other in ids[1:])
+    assert shared >= passage["tokens"]
+    expected = shared // block * block
+    assert passage_first[0]["cached_tokens"] < block  # the first pupil computes the passage
+    for usage in passage_first[1:]:
+        assert usage["cached_tokens"] >= expected
+
+    # The same questions placed before the passage, sent straight to vLLM.
+    client = OpenAI(base_url=vllm.base_url, api_key="EMPTY")
+    system = prompts.system_message("", "").split("Passage:")[0].strip()
+    question_first = []
+    for question in QUESTIONS:
+        reply = client.chat.completions.create(
+            model=vllm.model,
+            messages=[
+                {"role": "system", "content": system},
+                {"role": "user", "content": f"{question}\n\nPassage: The honeybee\n\n{text}"},
+            ],
+            max_tokens=8,
+        )
+        assert reply.usage is not None and reply.usage.prompt_tokens_details is not None
+        question_first.append(reply.usage.prompt_tokens_details.cached_tokens or 0)
+    assert all(cached < block for cached in question_first)
+
+    figures = {
+        "block_size": block,
+        "passage_tokens": passage["tokens"],
+        "shared_prefix_tokens": shared,
+        "expected_cached_per_follower": expected,
+        "passage_first_cached": [u["cached_tokens"] for u in passage_first],
+        "passage_first_prompt": [u["prompt_tokens"] for u in passage_first],
+        "question_first_cached": question_first,
+    }
+    report("five pupils on one passage, prefix cache", figures)
+
+
+def test_service_counts_prompt_tokens_exactly_as_vllm(api: httpx.Client, settings: Settings) -> None:
+    prompts = build_prompts(settings)
+    text, question = passage_text(200), "What is a drone?"
+    classroom = create_classroom(api)
+    passage = add_passage(api, classroom["id"], text)
+    usage = ask_json(api, classroom["id"], "Ada", question).json()["usage"]
+    ours = len(prompts.tokenizer.chat_ids(prompts.messages("The honeybee", text, question)))
+    assert usage["prompt_tokens"] == ours
+    assert passage["tokens"] == prompts.passage_tokens("The honeybee", text)

@@ -1,0 +1,61 @@
+"""The layout that lets a class share one cached passage: passage first, byte-identical, question last."""
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.errors import InvalidInput, PassageTooLong, QuestionTooLong
+from service.prompting import Prompts
+from service.services import build_prompts
+from service.settings import ModelSettings, Settings
+
+text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=0, max_size=300)
+
+
+@pytest.fixture(scope="module")
+def prompts(model_dir: Path) -> Prompts:
+    return build_prompts(Settings(model=ModelSettings(dir=model_dir)))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(title=text, passage=text, first=text, second=text)
+def test_two_questions_on_one_passage_share_the_whole_passage_part(
+    prompts: Prompts, title: str, passage: str, first: str, second: str
+) -> None:
+    tokenizer = prompts.tokenizer
+    a = tokenizer.chat_ids(prompts.messages(title, passage, first))
+    b = tokenizer.chat_ids(prompts.messages(title, passage, second))
+    # The passage part: the whole system turn, which ends in a special token, so what follows it
+    # cannot change how it is tokenized.
+    system_turn = tokenizer.encode(tokenizer.render_chat([prompts.messages(title, passage, "")[0]]))
+    shared = system_turn[: -len(tokenizer.encode("<|im_start|>assistant\n"))]
+    assert a[: len(shared)] == shared
+    assert b[: len(shared)] == shared
+    assert passage in tokenizer.render_chat(prompts.messages(title, passage, first)).split("<|im_start|>user")[0]
+
+
+def test_nothing_pupil_specific_stands_before_the_passage(prompts: Prompts) -> None:
+    rendered = prompts.tokenizer.render_chat(prompts.messages("Bees", "PASSAGE-TEXT", "QUESTION-TEXT"))
+    assert rendered.index("PASSAGE-TEXT") < rendered.index("QUESTION-TEXT")
+    # Our own system message replaces Qwen's default one, so the instructions are the same for every class.
+    assert "You are Qwen" not in rendered
+
+
+def test_passage_over_the_budget_is_refused_with_the_tokens_to_cut(prompts: Prompts) -> None:
+    limit = prompts.passage_max_tokens
+    assert prompts.check_passage("Bees", "bee " * (limit - 10)) <= limit
+    with pytest.raises(PassageTooLong) as refused:
+        prompts.check_passage("Bees", "bee " * (limit + 50))
+    assert refused.value.over == refused.value.tokens - limit > 0
+    assert f"cut at least {refused.value.over:,} tokens" in refused.value.message
+
+
+def test_question_limits(prompts: Prompts) -> None:
+    with pytest.raises(InvalidInput, match="Please type a question"):
+        prompts.check_question("   ")
+    with pytest.raises(InvalidInput, match="too long"):
+        prompts.check_question("a" * (prompts.question_max_chars + 1))
+    with pytest.raises(QuestionTooLong):
+        prompts.check_question("🐝" * (prompts.question_max_chars // 2))
