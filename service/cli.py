@@ -9,7 +9,7 @@ import uvicorn
 from service.backend import server as vllm_server
 from service.backend.flags import detect_device, serve_flags
 from service.backend.venv import ensure_vllm_venv
-from service.model.prepare import prepare_model
+from service.model.prepare import announce, prepare_model
 from service.processes import stop_pidfile
 from service.settings import Settings, StandinSize
 from service.stack import run_stack
@@ -63,8 +63,7 @@ def model_prepare(
     """Download Qwen2.5-Instruct where the hub is reachable; else build the stand-in (said loudly)."""
     folder = dest or _settings(ctx).model.dir
     manifest = prepare_model(folder, _size(size), seed, standin=standin)
-    banner = "=" * 78
-    print(f"{banner}\n{folder} holds {manifest.describe()}.\n{banner}")
+    print(announce(folder, manifest))
 
 
 @backend_app.command("install")

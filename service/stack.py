@@ -9,7 +9,7 @@ from service.app import create_app
 from service.backend import server as vllm_server
 from service.backend.flags import detect_device
 from service.backend.venv import ensure_vllm_venv
-from service.model.prepare import prepare_model
+from service.model.prepare import announce, prepare_model
 from service.redis_server import is_ready as redis_ready
 from service.redis_server import start_redis
 from service.settings import Settings
@@ -43,7 +43,7 @@ def run_stack(settings: Settings, say: Callable[[str], None]) -> None:
     on_gpu = detect_device(settings.backend.device) == "gpu"
     size = settings.model.resolved_size(on_gpu)
     manifest = prepare_model(settings.model.dir, size, settings.model.seed, standin=settings.model.standin)
-    say(f"Model: {settings.model.dir} holds {manifest.describe()}")
+    say(announce(settings.model.dir, manifest))
     with ExitStack() as stack:
         _ensure_redis(settings, stack, say)
         _ensure_vllm(settings, stack, say)

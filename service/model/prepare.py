@@ -40,6 +40,12 @@ class ModelManifest(BaseModel):
         )
 
 
+def announce(model_dir: Path, manifest: ModelManifest) -> str:
+    """A banner no one can miss, above all when the words will be gibberish."""
+    rule = "=" * 78
+    return f"{rule}\n{model_dir} holds {manifest.describe()}.\n{rule}"
+
+
 def read_manifest(model_dir: Path) -> ModelManifest | None:
     path = model_dir / MANIFEST
     if not path.is_file():
