@@ -6,7 +6,7 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := redis-server
+APT_PACKAGES := redis-server chromium
 
 .PHONY: run test setup system-packages lint
 

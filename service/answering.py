@@ -11,15 +11,24 @@ import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
+from datetime import timedelta
 
 import anyio
 from openai import APIConnectionError, APIError, AsyncOpenAI, AsyncStream
 from openai.types.chat import ChatCompletionChunk
 from openai.types.completion_usage import CompletionUsage
 
-from service.errors import BackendFailed, BackendUnavailable, NoActivePassage
+from service.errors import (
+    AnswerInProgress,
+    BackendFailed,
+    BackendUnavailable,
+    ClassClosed,
+    NoActivePassage,
+    WrongClassroom,
+)
 from service.prompting import Prompts
-from service.records import QuestionRecord, QuestionStatus, Usage, utcnow
+from service.ratelimit import QuestionRateLimit
+from service.records import Passage, PupilSession, QuestionRecord, QuestionStatus, Usage, utcnow
 from service.store import Store, new_id
 
 log = logging.getLogger(__name__)
@@ -114,6 +123,7 @@ class AnswerStream:
                     await self._store.save_question(self.record)
             with anyio.CancelScope(shield=True):
                 await self._upstream.close()  # vLLM aborts a request whose stream is closed
+                await self._store.release_answering(self.record.pupil_id)
 
     def _finish(
         self,
@@ -150,28 +160,51 @@ class Answering:
         store: Store,
         prompts: Prompts,
         client: AsyncOpenAI,
+        rate_limit: QuestionRateLimit,
         *,
         model: str,
         max_tokens: int,
         temperature: float,
+        longest_answer: timedelta,
     ) -> None:
         self._store = store
         self._prompts = prompts
         self._client = client
+        self._rate_limit = rate_limit
         self._model = model
         self._max_tokens = max_tokens
         self._temperature = temperature
+        self._longest_answer = longest_answer
 
-    async def ask(self, classroom_id: str, pupil: str, question: str) -> AnswerStream:
+    async def ask(self, pupil: PupilSession, classroom_id: str, question: str) -> AnswerStream:
         started = time.perf_counter()
-        await self._store.get_classroom(classroom_id)
+        if pupil.classroom_id != classroom_id:
+            raise WrongClassroom()
+        classroom = await self._store.get_classroom(classroom_id)
+        if not classroom.is_open:
+            raise ClassClosed()
         passage = await self._store.active_passage(classroom_id)
         if passage is None:
             raise NoActivePassage()
         self._prompts.check_question(question)
+        await self._rate_limit.hit(pupil.pupil_id)
+        if not await self._store.claim_answering(pupil.pupil_id, self._longest_answer):
+            raise AnswerInProgress()
+        try:
+            return await self._start(pupil, passage, question, started)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._store.release_answering(pupil.pupil_id)
+            raise
 
+    async def _start(self, pupil: PupilSession, passage: Passage, question: str, started: float) -> AnswerStream:
         record = QuestionRecord(
-            id=new_id(), classroom_id=classroom_id, passage_id=passage.id, pupil=pupil, question=question
+            id=new_id(),
+            classroom_id=passage.classroom_id,
+            passage_id=passage.id,
+            pupil_id=pupil.pupil_id,
+            pupil=pupil.name,
+            question=question,
         )
         await self._store.add_question(record)
 

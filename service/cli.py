@@ -1,14 +1,17 @@
 """The `classroom` command: run the stack, prepare the model, start and stop the backend."""
 
+import asyncio
 from pathlib import Path
 from typing import Annotated, get_args
 
 import typer
 import uvicorn
 
+from service.accounts import add_teacher
 from service.backend import server as vllm_server
 from service.backend.flags import detect_device, serve_flags
 from service.backend.venv import ensure_vllm_venv
+from service.errors import InvalidInput
 from service.model.prepare import announce, prepare_model
 from service.processes import stop_pidfile
 from service.settings import Settings, StandinSize
@@ -17,8 +20,10 @@ from service.stack import run_stack
 app = typer.Typer(help="classroom-assistant: a reading assistant for classrooms.", no_args_is_help=True)
 model_app = typer.Typer(help="The model folder that vLLM serves.", no_args_is_help=True)
 backend_app = typer.Typer(help="vLLM, in its own virtual environment.", no_args_is_help=True)
+teacher_app = typer.Typer(help="Teachers' accounts: an operator's job.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(backend_app, name="backend")
+app.add_typer(teacher_app, name="teacher")
 
 SIZES = get_args(StandinSize)
 
@@ -105,3 +110,27 @@ def backend_flags(
     if device not in ("cpu", "gpu"):
         raise typer.BadParameter("cpu or gpu")
     print(" ".join(serve_flags(_settings(ctx).backend, Path(model_dir), "cpu" if device == "cpu" else "gpu")))
+
+
+@teacher_app.command("add")
+def teacher_add(
+    ctx: typer.Context,
+    email: str,
+    name: Annotated[str, typer.Option(help="how pupils and pages name the teacher")] = "",
+    password: Annotated[
+        str,
+        typer.Option(
+            prompt=True,
+            confirmation_prompt=True,
+            hide_input=True,
+            envvar="CLASSROOM_NEW_TEACHER_PASSWORD",
+            help="asked for when not given",
+        ),
+    ] = "",
+) -> None:
+    """Create a teacher's account in the Redis the settings name."""
+    try:
+        teacher = asyncio.run(add_teacher(_settings(ctx), email, name, password))
+    except InvalidInput as exc:
+        raise typer.BadParameter(exc.message) from exc
+    print(f"teacher {teacher.email} added")

@@ -1,14 +1,27 @@
-"""Dependencies as Annotated aliases: routes name what they need, lifespan built it."""
+"""Dependencies as Annotated aliases: routes name what they need; lifespan built it; each check that
+can fail raises an error with a sentence the user can act on."""
 
+import secrets
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 from fastapi.templating import Jinja2Templates
 
+from service.accounts import Accounts
 from service.answering import Answering
+from service.errors import ClassroomNotFound, OperatorOnly
 from service.prompting import Prompts
+from service.records import Classroom, PupilSession, Teacher
 from service.services import Services
 from service.store import Store
+
+TEACHER_COOKIE = "classroom_teacher"
+PUPIL_COOKIE = "classroom_pupil"
+
+
+def set_session_cookie(response: Response, name: str, token: str, hours: float, secure: bool) -> None:
+    # HttpOnly: no script reads it. SameSite=Lax: no other site's form can post with it.
+    response.set_cookie(name, token, max_age=int(hours * 3600), httponly=True, samesite="lax", secure=secure)
 
 
 def get_services(request: Request) -> Services:
@@ -23,6 +36,10 @@ def get_store(services: ServicesDep) -> Store:
     return services.store
 
 
+def get_accounts(services: ServicesDep) -> Accounts:
+    return services.accounts
+
+
 def get_prompts(services: ServicesDep) -> Prompts:
     return services.prompts
 
@@ -31,14 +48,54 @@ def get_answering(services: ServicesDep) -> Answering:
     return services.answering
 
 
-StoreDep = Annotated[Store, Depends(get_store)]
-PromptsDep = Annotated[Prompts, Depends(get_prompts)]
-AnsweringDep = Annotated[Answering, Depends(get_answering)]
-
-
 def get_templates(request: Request) -> Jinja2Templates:
     templates: Jinja2Templates = request.app.state.templates
     return templates
 
 
+StoreDep = Annotated[Store, Depends(get_store)]
+AccountsDep = Annotated[Accounts, Depends(get_accounts)]
+PromptsDep = Annotated[Prompts, Depends(get_prompts)]
+AnsweringDep = Annotated[Answering, Depends(get_answering)]
 TemplatesDep = Annotated[Jinja2Templates, Depends(get_templates)]
+
+
+def _bearer(request: Request) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+async def current_teacher(request: Request, accounts: AccountsDep) -> Teacher:
+    """The signed-in teacher: the session cookie of the pages, or a bearer token for API clients."""
+    return await accounts.teacher(request.cookies.get(TEACHER_COOKIE) or _bearer(request))
+
+
+CurrentTeacher = Annotated[Teacher, Depends(current_teacher)]
+
+
+async def own_classroom(classroom_id: str, teacher: CurrentTeacher, store: StoreDep) -> Classroom:
+    """A classroom of the signed-in teacher. Another teacher's class answers as if it did not exist."""
+    classroom = await store.get_classroom(classroom_id)
+    if classroom.teacher_id != teacher.id:
+        raise ClassroomNotFound(classroom_id)
+    return classroom
+
+
+OwnClassroom = Annotated[Classroom, Depends(own_classroom)]
+
+
+async def current_pupil(request: Request, accounts: AccountsDep) -> PupilSession:
+    return await accounts.pupil(request.cookies.get(PUPIL_COOKIE))
+
+
+CurrentPupil = Annotated[PupilSession, Depends(current_pupil)]
+
+
+def operator(request: Request, services: ServicesDep) -> None:
+    expected = services.settings.auth.operator_token.get_secret_value()
+    given = _bearer(request) or ""
+    if not secrets.compare_digest(given.encode(), expected.encode()):
+        raise OperatorOnly()
+
+
+OperatorAuth = Annotated[None, Depends(operator)]

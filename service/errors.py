@@ -76,3 +76,112 @@ class BackendUnavailable(ServiceError):
 class BackendFailed(ServiceError):
     status_code = 502
     code = "backend_failed"
+
+
+class NotSignedIn(ServiceError):
+    status_code = 401
+    code = "not_signed_in"
+
+    def __init__(self) -> None:
+        super().__init__("Please sign in as a teacher first.")
+
+
+class SignInFailed(ServiceError):
+    status_code = 401
+    code = "sign_in_failed"
+
+    def __init__(self) -> None:
+        super().__init__("That email and password do not match an account. Check them and try again.")
+
+
+class SessionExpired(ServiceError):
+    status_code = 401
+    code = "session_expired"
+
+    def __init__(self, pupil: bool) -> None:
+        super().__init__(
+            "Your session has ended. Please join again with your class code."
+            if pupil
+            else "Your session has ended. Please sign in again."
+        )
+
+
+class NotJoined(ServiceError):
+    status_code = 401
+    code = "not_joined"
+
+    def __init__(self) -> None:
+        super().__init__("Please join your class first: type the class code your teacher gave you.")
+
+
+class WrongJoinCode(ServiceError):
+    status_code = 404
+    code = "wrong_join_code"
+
+    def __init__(self, typed: str) -> None:
+        super().__init__(f"There is no class with the code '{typed}'. Check the code with your teacher.")
+
+
+class ClassClosed(ServiceError):
+    status_code = 403
+    code = "class_closed"
+
+    def __init__(self) -> None:
+        super().__init__("This class is closed right now. Your teacher can open it again.")
+
+
+class WrongClassroom(ServiceError):
+    status_code = 403
+    code = "wrong_classroom"
+
+    def __init__(self) -> None:
+        super().__init__("You joined a different class. You can only ask questions in your own class.")
+
+
+class OperatorOnly(ServiceError):
+    status_code = 403
+    code = "operator_only"
+
+    def __init__(self) -> None:
+        super().__init__("Only an operator can do this: send the operator token as 'Authorization: Bearer <token>'.")
+
+
+class AnswerInProgress(ServiceError):
+    status_code = 409
+    code = "answer_in_progress"
+
+    def __init__(self) -> None:
+        super().__init__("Please wait until your answer has finished before you ask another question.")
+
+
+class TooManyQuestions(ServiceError):
+    status_code = 429
+    code = "too_many_questions"
+
+    def __init__(self, per_minute: int, retry_after_s: int) -> None:
+        super().__init__(
+            f"You have asked {per_minute} questions in the last minute. Take a moment to read your answers, "
+            f"then ask again in {retry_after_s} seconds.",
+            headers={"Retry-After": str(retry_after_s)},
+        )
+
+
+class PassageNotFound(ServiceError):
+    status_code = 404
+    code = "passage_not_found"
+
+    def __init__(self) -> None:
+        super().__init__("This class has no such passage.")
+
+
+class UnreadableFile(ServiceError):
+    status_code = 422
+    code = "unreadable_file"
+
+
+class FileTooLarge(ServiceError):
+    status_code = 413
+    code = "file_too_large"
+
+    def __init__(self, limit_bytes: int) -> None:
+        super().__init__(f"This file is too large: the most is {limit_bytes // (1024 * 1024)} MB.")

@@ -10,10 +10,29 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class Teacher(BaseModel):
+    id: str
+    email: str
+    name: str
+    password_hash: str
+    created_at: datetime = Field(default_factory=utcnow)
+
+
 class Classroom(BaseModel):
     id: str
+    teacher_id: str
     name: str
     join_code: str
+    is_open: bool = True
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class PupilSession(BaseModel):
+    """A pupil has no account: a display name and a join code give a session scoped to one classroom."""
+
+    pupil_id: str
+    classroom_id: str
+    name: str
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -45,6 +64,7 @@ class QuestionRecord(BaseModel):
     id: str
     classroom_id: str
     passage_id: str
+    pupil_id: str
     pupil: str
     question: str
     status: QuestionStatus = QuestionStatus.ANSWERING

@@ -3,15 +3,18 @@
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 from openai import AsyncOpenAI, Timeout
 from redis.asyncio import Redis
 
+from service.accounts import Accounts
 from service.answering import Answering
 from service.model.prepare import ModelManifest, read_manifest
 from service.prompting import Prompts
+from service.ratelimit import QuestionRateLimit
 from service.settings import Settings
-from service.store import Store
+from service.store import Store, connect
 from service.tokens import ModelTokenizer
 
 
@@ -20,6 +23,7 @@ class Services:
     settings: Settings
     redis: Redis
     store: Store
+    accounts: Accounts
     prompts: Prompts
     backend: AsyncOpenAI
     answering: Answering
@@ -51,19 +55,30 @@ def build_prompts(settings: Settings) -> Prompts:
 @asynccontextmanager
 async def open_services(settings: Settings) -> AsyncIterator[Services]:
     prompts = build_prompts(settings)
-    redis = Redis.from_url(settings.redis.url)
+    redis = connect(settings.redis.url)
     client = backend_client(settings)
     store = Store(redis)
     answering = Answering(
         store,
         prompts,
         client,
+        QuestionRateLimit(redis, settings.redis.url, settings.limits.questions_per_minute),
         model=settings.backend.served_model_name,
         max_tokens=settings.answer.max_tokens,
         temperature=settings.answer.temperature,
+        longest_answer=timedelta(seconds=settings.answer.longest_s),
     )
     try:
-        yield Services(settings, redis, store, prompts, client, answering, read_manifest(settings.model.dir))
+        yield Services(
+            settings=settings,
+            redis=redis,
+            store=store,
+            accounts=Accounts(store, settings.auth),
+            prompts=prompts,
+            backend=client,
+            answering=answering,
+            model=read_manifest(settings.model.dir),
+        )
     finally:
         await client.close()
         await redis.aclose()

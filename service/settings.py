@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 StandinSize = Literal["tiny", "0.5b", "1.5b"]
@@ -81,17 +81,38 @@ class BackendSettings(BaseModel):
 class AnswerSettings(BaseModel):
     max_tokens: int = 256
     temperature: float = 0.3
+    # A pupil may ask again only when their answer has ended; should a process die mid-answer, this
+    # long at most. 256 tokens take ~20 s on a CPU with 0.5b, ~2 s on a GPU.
+    longest_s: float = 180.0
 
 
 class LimitSettings(BaseModel):
     question_max_chars: int = 300
     # Room kept in every prompt for the question; a question over it is refused.
     question_max_tokens: int = 128
+    # Per pupil, over a moving minute: enough for a curious child, not for a script.
+    questions_per_minute: int = 6
+    upload_max_bytes: int = 5 * 1024 * 1024
+
+
+PLACEHOLDER_SECRET = "change-me"
+
+
+class AuthSettings(BaseModel):
+    # Operators send it as `Authorization: Bearer <token>`. The placeholder is refused outside development.
+    operator_token: SecretStr = SecretStr(PLACEHOLDER_SECRET)
+    teacher_session_hours: float = 12.0
+    # A school day: a pupil joins once in the morning.
+    pupil_session_hours: float = 8.0
+    # Cookies only over HTTPS; off for the local stack on http://127.0.0.1.
+    secure_cookies: bool = False
 
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CLASSROOM_", env_nested_delimiter="__", extra="ignore")
 
+    # development: the local stack; production refuses placeholder secrets.
+    environment: Literal["development", "production"] = "development"
     # Runtime state of the local stack: Redis data, logs, pid files, models.
     state_dir: Path = Path("var")
     prompts_dir: Path = PROJECT_ROOT / "prompts"
@@ -102,3 +123,10 @@ class Settings(BaseSettings):
     backend: BackendSettings = Field(default_factory=BackendSettings)
     answer: AnswerSettings = Field(default_factory=AnswerSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+
+    @model_validator(mode="after")
+    def _no_placeholder_secrets_in_production(self) -> "Settings":
+        if self.environment == "production" and self.auth.operator_token.get_secret_value() == PLACEHOLDER_SECRET:
+            raise ValueError("set CLASSROOM_AUTH__OPERATOR_TOKEN: the placeholder is refused in production")
+        return self

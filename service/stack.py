@@ -1,10 +1,13 @@
 """`classroom up`: Redis, vLLM and the service on 127.0.0.1, each started unless already running."""
 
+import asyncio
+import secrets
 from collections.abc import Callable
 from contextlib import ExitStack
 
 import uvicorn
 
+from service.accounts import Accounts
 from service.app import create_app
 from service.backend import server as vllm_server
 from service.backend.flags import detect_device
@@ -13,6 +16,7 @@ from service.model.prepare import announce, prepare_model
 from service.redis_server import is_ready as redis_ready
 from service.redis_server import start_redis
 from service.settings import Settings
+from service.store import Store, connect
 
 
 def _ensure_redis(settings: Settings, stack: ExitStack, say: Callable[[str], None]) -> None:
@@ -39,6 +43,27 @@ def _ensure_vllm(settings: Settings, stack: ExitStack, say: Callable[[str], None
     say(f"vLLM: ready at {backend.base_url}, serving as {backend.served_model_name}")
 
 
+DEMO_TEACHER = "teacher@example.org"
+
+
+async def _demo_teacher(settings: Settings) -> str:
+    """A teacher account for trying the pages locally, its password kept beside the Redis data."""
+    password_file = settings.state_dir / "demo-teacher-password.txt"
+    redis = connect(settings.redis.url)
+    try:
+        if await Store(redis).teacher_by_email(DEMO_TEACHER) is not None:
+            if password_file.is_file():
+                return f"{DEMO_TEACHER}, password {password_file.read_text().strip()} (from {password_file})"
+            return f"{DEMO_TEACHER} exists; add another with `classroom teacher add EMAIL`"
+        password = secrets.token_urlsafe(12)
+        await Accounts(Store(redis), settings.auth).add_teacher(DEMO_TEACHER, "Demo Teacher", password)
+        password_file.write_text(password + "\n")
+        password_file.chmod(0o600)
+        return f"{DEMO_TEACHER}, password {password} (kept in {password_file})"
+    finally:
+        await redis.aclose()
+
+
 def run_stack(settings: Settings, say: Callable[[str], None]) -> None:
     on_gpu = detect_device(settings.backend.device) == "gpu"
     size = settings.model.resolved_size(on_gpu)
@@ -48,5 +73,8 @@ def run_stack(settings: Settings, say: Callable[[str], None]) -> None:
         _ensure_redis(settings, stack, say)
         _ensure_vllm(settings, stack, say)
         url = f"http://{settings.api.host}:{settings.api.port}"
-        say(f"\nclassroom-assistant is up. Open {url}/ in a browser (API docs: {url}/docs). Ctrl-C stops it all.\n")
+        if settings.environment == "development":
+            say(f"Teachers sign in at {url}/teacher as {asyncio.run(_demo_teacher(settings))}")
+        say(f"Pupils join at {url}/ with a class's code. API docs: {url}/docs")
+        say(f"\nclassroom-assistant is up at {url}/. Ctrl-C stops it all.\n")
         uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port, log_level="info")

@@ -1,24 +1,40 @@
 """All state, in Redis. This module owns every key name; values are JSON of the models in `records`.
 
 Keys:
-    cls:{id}                  Classroom
-    joincode:{code}           classroom id
-    cls:{id}:passages         list of passage ids, oldest first
-    cls:{id}:active_passage   passage id that pupils ask about
-    passage:{id}              Passage
-    q:{id}                    QuestionRecord
-    cls:{id}:questions        sorted set of question ids, scored by time asked
+    teacher:{id}                          Teacher
+    teacher-email:{email}                 teacher id
+    teacher:{id}:classrooms               sorted set of classroom ids, by time created
+    session:teacher:{sha256(token)}       teacher id, expiring
+    session:pupil:{sha256(token)}         PupilSession, expiring
+    cls:{id}                              Classroom
+    joincode:{code}                       classroom id
+    cls:{id}:passages                     list of passage ids, oldest first
+    cls:{id}:active_passage               passage id that pupils ask about
+    passage:{id}                          Passage
+    q:{id}                                QuestionRecord
+    cls:{id}:questions                    sorted set of question ids, by time asked (also below)
+    cls:{id}:questions:pupil:{name}       the same, for one display name (lower case)
+    passage:{id}:questions                the same, for one passage
+    pupil:{id}:questions                  the same, for one pupil session: their own history
+    pupil:{id}:answering                  set while that pupil's answer streams (one at a time)
+    cls:{id}:events                       pub/sub channel: questions asked and answered, for the teacher
 """
 
+import hashlib
 import secrets
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from datetime import timedelta
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.errors import ClassroomNotFound
-from service.records import Classroom, Passage, QuestionRecord
+from service.records import Classroom, Passage, PupilSession, QuestionRecord, Teacher
 
 # Easy to read aloud: no 0/O, 1/I/L. 31^8 codes, so guessing one is hopeless.
 JOIN_CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
@@ -26,6 +42,26 @@ JOIN_CODE_LENGTH = 8
 
 
 class Keys:
+    @staticmethod
+    def teacher(teacher_id: str) -> str:
+        return f"teacher:{teacher_id}"
+
+    @staticmethod
+    def teacher_email(email: str) -> str:
+        return f"teacher-email:{email.lower()}"
+
+    @staticmethod
+    def teacher_classrooms(teacher_id: str) -> str:
+        return f"teacher:{teacher_id}:classrooms"
+
+    @staticmethod
+    def teacher_session(token: str) -> str:
+        return f"session:teacher:{_digest(token)}"
+
+    @staticmethod
+    def pupil_session(token: str) -> str:
+        return f"session:pupil:{_digest(token)}"
+
     @staticmethod
     def classroom(classroom_id: str) -> str:
         return f"cls:{classroom_id}"
@@ -54,6 +90,31 @@ class Keys:
     def questions(classroom_id: str) -> str:
         return f"cls:{classroom_id}:questions"
 
+    @staticmethod
+    def questions_by_name(classroom_id: str, pupil_name: str) -> str:
+        return f"cls:{classroom_id}:questions:pupil:{pupil_name.strip().lower()}"
+
+    @staticmethod
+    def passage_questions(passage_id: str) -> str:
+        return f"passage:{passage_id}:questions"
+
+    @staticmethod
+    def pupil_questions(pupil_id: str) -> str:
+        return f"pupil:{pupil_id}:questions"
+
+    @staticmethod
+    def pupil_answering(pupil_id: str) -> str:
+        return f"pupil:{pupil_id}:answering"
+
+    @staticmethod
+    def events(classroom_id: str) -> str:
+        return f"cls:{classroom_id}:events"
+
+
+def _digest(token: str) -> str:
+    # Session keys hold a hash of the token, so a copy of Redis hands no one a working session.
+    return hashlib.sha256(token.encode()).hexdigest()
+
 
 def _text(value: Any) -> str:
     """Redis replies are bytes; ids and keys are ASCII text."""
@@ -68,24 +129,97 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
 def new_join_code() -> str:
     code = "".join(secrets.choice(JOIN_CODE_ALPHABET) for _ in range(JOIN_CODE_LENGTH))
     return f"{code[:4]}-{code[4:]}"
+
+
+def normalize_join_code(typed: str) -> str:
+    """What a pupil types, read kindly: any case, with or without the dash or spaces."""
+    compact = "".join(ch for ch in typed.upper() if ch.isalnum())
+    return f"{compact[:4]}-{compact[4:]}" if len(compact) == JOIN_CODE_LENGTH else compact
+
+
+def connect(url: str) -> Redis:
+    """A client that rides out a Redis restart: a command that meets a dropped connection is retried on a
+    new one for about 5 s, so a pupil's question waits through a restart instead of failing."""
+    return Redis.from_url(
+        url,
+        retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=10),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError],
+    )
 
 
 class Store:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
 
-    async def create_classroom(self, name: str) -> Classroom:
+    # Teachers and their sessions
+
+    async def add_teacher(self, teacher: Teacher) -> bool:
+        """False if a teacher with that email exists already."""
+        if not await self.redis.set(Keys.teacher_email(teacher.email), teacher.id, nx=True):
+            return False
+        await self.redis.set(Keys.teacher(teacher.id), teacher.model_dump_json())
+        return True
+
+    async def teacher_by_email(self, email: str) -> Teacher | None:
+        teacher_id = await self.redis.get(Keys.teacher_email(email))
+        return None if teacher_id is None else await self.get_teacher(_text(teacher_id))
+
+    async def get_teacher(self, teacher_id: str) -> Teacher | None:
+        raw = await self.redis.get(Keys.teacher(teacher_id))
+        return None if raw is None else Teacher.model_validate_json(raw)
+
+    async def start_teacher_session(self, teacher_id: str, lifetime: timedelta) -> str:
+        token = new_token()
+        await self.redis.set(Keys.teacher_session(token), teacher_id, ex=lifetime)
+        return token
+
+    async def teacher_of_session(self, token: str) -> Teacher | None:
+        teacher_id = await self.redis.get(Keys.teacher_session(token))
+        return None if teacher_id is None else await self.get_teacher(_text(teacher_id))
+
+    async def end_teacher_session(self, token: str) -> None:
+        await self.redis.delete(Keys.teacher_session(token))
+
+    # Pupils' sessions
+
+    async def start_pupil_session(self, session: PupilSession, lifetime: timedelta) -> str:
+        token = new_token()
+        await self.redis.set(Keys.pupil_session(token), session.model_dump_json(), ex=lifetime)
+        return token
+
+    async def pupil_of_session(self, token: str) -> PupilSession | None:
+        raw = await self.redis.get(Keys.pupil_session(token))
+        return None if raw is None else PupilSession.model_validate_json(raw)
+
+    async def end_pupil_session(self, token: str) -> None:
+        await self.redis.delete(Keys.pupil_session(token))
+
+    async def claim_answering(self, pupil_id: str, lifetime: timedelta) -> bool:
+        """One answer at a time per pupil. Expires by itself should a process die mid-answer."""
+        return bool(await self.redis.set(Keys.pupil_answering(pupil_id), "1", nx=True, ex=lifetime))
+
+    async def release_answering(self, pupil_id: str) -> None:
+        await self.redis.delete(Keys.pupil_answering(pupil_id))
+
+    # Classrooms
+
+    async def create_classroom(self, teacher_id: str, name: str) -> Classroom:
         classroom_id = new_id()
         while True:
-            classroom = Classroom(id=classroom_id, name=name, join_code=new_join_code())
+            classroom = Classroom(id=classroom_id, teacher_id=teacher_id, name=name, join_code=new_join_code())
             async with self.redis.pipeline(transaction=True) as tx:
                 # NX: a join code is never handed out twice; on a clash the next try rewrites the classroom.
                 tx.set(Keys.join_code(classroom.join_code), classroom.id, nx=True)
                 tx.set(Keys.classroom(classroom.id), classroom.model_dump_json())
-                claimed, _ = await tx.execute()
+                tx.zadd(Keys.teacher_classrooms(teacher_id), {classroom.id: classroom.created_at.timestamp()})
+                claimed, *_ = await tx.execute()
             if claimed:
                 return classroom
 
@@ -94,6 +228,21 @@ class Store:
         if raw is None:
             raise ClassroomNotFound(classroom_id)
         return Classroom.model_validate_json(raw)
+
+    async def save_classroom(self, classroom: Classroom) -> None:
+        await self.redis.set(Keys.classroom(classroom.id), classroom.model_dump_json())
+
+    async def classroom_by_join_code(self, code: str) -> Classroom | None:
+        classroom_id = await self.redis.get(Keys.join_code(normalize_join_code(code)))
+        return None if classroom_id is None else await self.get_classroom(_text(classroom_id))
+
+    async def teacher_classrooms(self, teacher_id: str) -> list[Classroom]:
+        """Newest first."""
+        ids = _texts(await self.redis.zrevrange(Keys.teacher_classrooms(teacher_id), 0, -1))
+        raws = await self.redis.mget([Keys.classroom(i) for i in ids]) if ids else []
+        return [Classroom.model_validate_json(raw) for raw in raws if raw is not None]
+
+    # Passages
 
     async def add_passage(self, passage: Passage) -> None:
         """Store the passage and make it the classroom's active one."""
@@ -107,34 +256,88 @@ class Store:
         raw = await self.redis.get(Keys.passage(passage_id))
         return None if raw is None else Passage.model_validate_json(raw)
 
-    async def active_passage(self, classroom_id: str) -> Passage | None:
+    async def set_active_passage(self, classroom_id: str, passage_id: str) -> None:
+        await self.redis.set(Keys.active_passage(classroom_id), passage_id)
+
+    async def active_passage_id(self, classroom_id: str) -> str | None:
         passage_id = await self.redis.get(Keys.active_passage(classroom_id))
-        return None if passage_id is None else await self.get_passage(_text(passage_id))
+        return None if passage_id is None else _text(passage_id)
+
+    async def active_passage(self, classroom_id: str) -> Passage | None:
+        passage_id = await self.active_passage_id(classroom_id)
+        return None if passage_id is None else await self.get_passage(passage_id)
 
     async def list_passages(self, classroom_id: str) -> list[Passage]:
         ids = _texts(await self.redis.lrange(Keys.passages(classroom_id), 0, -1))
-        if not ids:
-            return []
-        raws = await self.redis.mget([Keys.passage(i) for i in ids])
+        raws = await self.redis.mget([Keys.passage(i) for i in ids]) if ids else []
         return [Passage.model_validate_json(raw) for raw in raws if raw is not None]
 
+    # Questions
+
     async def add_question(self, record: QuestionRecord) -> None:
+        score = {record.id: record.asked_at.timestamp()}
         async with self.redis.pipeline(transaction=True) as tx:
             tx.set(Keys.question(record.id), record.model_dump_json())
-            tx.zadd(Keys.questions(record.classroom_id), {record.id: record.asked_at.timestamp()})
+            tx.zadd(Keys.questions(record.classroom_id), score)
+            tx.zadd(Keys.questions_by_name(record.classroom_id, record.pupil), score)
+            tx.zadd(Keys.passage_questions(record.passage_id), score)
+            tx.zadd(Keys.pupil_questions(record.pupil_id), score)
+            tx.publish(Keys.events(record.classroom_id), record.model_dump_json())
             await tx.execute()
 
     async def save_question(self, record: QuestionRecord) -> None:
-        await self.redis.set(Keys.question(record.id), record.model_dump_json())
+        async with self.redis.pipeline(transaction=True) as tx:
+            tx.set(Keys.question(record.id), record.model_dump_json())
+            tx.publish(Keys.events(record.classroom_id), record.model_dump_json())
+            await tx.execute()
 
     async def get_question(self, question_id: str) -> QuestionRecord | None:
         raw = await self.redis.get(Keys.question(question_id))
         return None if raw is None else QuestionRecord.model_validate_json(raw)
 
-    async def list_questions(self, classroom_id: str, limit: int, offset: int = 0) -> list[QuestionRecord]:
-        """Newest first."""
-        ids = _texts(await self.redis.zrevrange(Keys.questions(classroom_id), offset, offset + limit - 1))
-        if not ids:
-            return []
-        raws = await self.redis.mget([Keys.question(i) for i in ids])
+    async def list_questions(
+        self,
+        classroom_id: str,
+        *,
+        limit: int,
+        offset: int = 0,
+        pupil_name: str | None = None,
+        passage_id: str | None = None,
+    ) -> list[QuestionRecord]:
+        """Newest first; narrowed to one display name and/or one passage."""
+        indexes = [Keys.questions(classroom_id)]
+        if pupil_name:
+            indexes.append(Keys.questions_by_name(classroom_id, pupil_name))
+        if passage_id:
+            indexes.append(Keys.passage_questions(passage_id))
+        if len(indexes) == 1:
+            ids = await self.redis.zrevrange(indexes[0], offset, offset + limit - 1)
+        else:
+            ids = await self._intersection(indexes, offset, limit)
+        return await self._questions(_texts(ids))
+
+    async def _intersection(self, indexes: list[str], offset: int, limit: int) -> list[Any]:
+        # Sorted-set intersection keeps the time order; the result lives a few seconds only.
+        scratch = f"tmp:{new_id()}"
+        async with self.redis.pipeline(transaction=True) as tx:
+            tx.zinterstore(scratch, indexes, aggregate="MAX")
+            tx.zrevrange(scratch, offset, offset + limit - 1)
+            tx.delete(scratch)
+            _, ids, _ = await tx.execute()
+        return list(ids)
+
+    async def pupil_questions(self, pupil_id: str, limit: int) -> list[QuestionRecord]:
+        """One pupil's own questions, newest first."""
+        return await self._questions(_texts(await self.redis.zrevrange(Keys.pupil_questions(pupil_id), 0, limit - 1)))
+
+    async def _questions(self, ids: list[str]) -> list[QuestionRecord]:
+        raws = await self.redis.mget([Keys.question(i) for i in ids]) if ids else []
         return [QuestionRecord.model_validate_json(raw) for raw in raws if raw is not None]
+
+    async def classroom_events(self, classroom_id: str) -> AsyncIterator[QuestionRecord]:
+        """Questions of the classroom as they are asked and answered, until the consumer stops."""
+        async with self.redis.pubsub() as pubsub:
+            await pubsub.subscribe(Keys.events(classroom_id))
+            async for message in pubsub.listen():
+                if message["type"] == "message":
+                    yield QuestionRecord.model_validate_json(message["data"])

@@ -8,7 +8,8 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from service.backend.venv import ensure_vllm_venv
 from service.model.prepare import prepare_model
 from service.redis_server import start_redis
 from service.settings import AnswerSettings, BackendSettings, ModelSettings, RedisSettings, Settings
+from tests.helpers import joined_pupil, signed_in_teacher
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = ROOT / "var" / "test"
@@ -157,6 +159,24 @@ def service(settings: Settings) -> Iterator[str]:
 
 
 @pytest.fixture()
-def api(service: str) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=service, timeout=60) as client:
+def teacher(settings: Settings, service: str) -> Iterator[httpx.Client]:
+    """A new teacher, signed in: an API client carrying the session cookie."""
+    with closing(signed_in_teacher(settings, service)) as client:
         yield client
+
+
+Join = Callable[[str, str], httpx.Client]
+
+
+@pytest.fixture()
+def join(service: str) -> Iterator[Join]:
+    """Makes pupils: `join(join_code, name)` is a client carrying that pupil's session cookie."""
+    clients: list[httpx.Client] = []
+
+    def make(join_code: str, name: str) -> httpx.Client:
+        clients.append(joined_pupil(service, join_code, name))
+        return clients[-1]
+
+    yield make
+    for client in clients:
+        client.close()

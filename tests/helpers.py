@@ -1,14 +1,19 @@
-"""Small clients of the service's API, shared by the tests."""
+"""Small clients of the service's API, shared by the tests: a signed-in teacher, joined pupils."""
 
+import asyncio
 import json
 import random
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from httpx_sse import connect_sse
+
+from service.accounts import add_teacher
+from service.settings import Settings
 
 SENTENCES = [
     "Honeybees live in colonies of many thousands, with one queen, a few hundred drones and many workers.",
@@ -20,6 +25,7 @@ SENTENCES = [
     "In winter the bees cluster together inside the hive and shiver their muscles to keep the queen warm.",
     "Farmers sometimes bring hives into orchards in spring so that the apple blossoms are pollinated.",
 ]
+PASSWORD = "correct horse battery staple"
 
 
 def passage_text(approx_tokens: int, seed: int | None = None) -> str:
@@ -32,15 +38,40 @@ def passage_text(approx_tokens: int, seed: int | None = None) -> str:
     return " ".join(words)
 
 
-def create_classroom(api: httpx.Client, name: str = "Class 4B") -> dict[str, Any]:
-    response = api.post("/api/classrooms", json={"name": name})
+def new_teacher_account(settings: Settings, name: str = "Ms Rivera") -> str:
+    """A teacher account made as `classroom teacher add` makes it; returns its email. Runs in a thread
+    of its own, so it works beside Playwright's event loop too."""
+    email = f"{uuid.uuid4().hex[:10]}@school.example"
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, add_teacher(settings, email, name, PASSWORD)).result()
+    return email
+
+
+def signed_in_teacher(settings: Settings, base_url: str, name: str = "Ms Rivera") -> httpx.Client:
+    """A new teacher account, signed in through the API."""
+    email = new_teacher_account(settings, name)
+    client = httpx.Client(base_url=base_url, timeout=60)
+    response = client.post("/api/teacher/session", json={"email": email, "password": PASSWORD})
+    assert response.status_code == 200, response.text
+    return client
+
+
+def joined_pupil(base_url: str, join_code: str, name: str) -> httpx.Client:
+    client = httpx.Client(base_url=base_url, timeout=60)
+    response = client.post("/api/join", json={"join_code": join_code, "name": name})
+    assert response.status_code == 201, response.text
+    return client
+
+
+def create_classroom(teacher: httpx.Client, name: str = "Class 4B") -> dict[str, Any]:
+    response = teacher.post("/api/classrooms", json={"name": name})
     assert response.status_code == 201, response.text
     body: dict[str, Any] = response.json()
     return body
 
 
-def add_passage(api: httpx.Client, classroom_id: str, text: str, title: str = "The honeybee") -> dict[str, Any]:
-    response = api.post(f"/api/classrooms/{classroom_id}/passages", json={"title": title, "text": text})
+def add_passage(teacher: httpx.Client, classroom_id: str, text: str, title: str = "The honeybee") -> dict[str, Any]:
+    response = teacher.post(f"/api/classrooms/{classroom_id}/passages", json={"title": title, "text": text})
     assert response.status_code == 201, response.text
     body: dict[str, Any] = response.json()
     return body
@@ -59,10 +90,10 @@ class Streamed:
         return "".join(self.tokens)
 
 
-def ask_streaming(api: httpx.Client, classroom_id: str, pupil: str, question: str) -> Streamed:
+def ask_streaming(pupil: httpx.Client, classroom_id: str, question: str) -> Streamed:
     result = Streamed()
-    payload = {"pupil": pupil, "question": question}
-    with connect_sse(api, "POST", f"/api/classrooms/{classroom_id}/questions", json=payload) as source:
+    url = f"/api/classrooms/{classroom_id}/questions"
+    with connect_sse(pupil, "POST", url, json={"question": question}) as source:
         assert source.response.status_code == 200, source.response.read()
         assert source.response.headers["content-type"].startswith("text/event-stream")
         for event in source.iter_sse():
@@ -79,16 +110,21 @@ def ask_streaming(api: httpx.Client, classroom_id: str, pupil: str, question: st
     return result
 
 
-def ask_json(api: httpx.Client, classroom_id: str, pupil: str, question: str) -> httpx.Response:
-    return api.post(
+def ask_json(pupil: httpx.Client, classroom_id: str, question: str) -> httpx.Response:
+    return pupil.post(
         f"/api/classrooms/{classroom_id}/questions",
-        json={"pupil": pupil, "question": question},
+        json={"question": question},
         headers={"Accept": "application/json"},
     )
 
 
-def stored_questions(api: httpx.Client, classroom_id: str) -> list[dict[str, Any]]:
-    response = api.get(f"/api/classrooms/{classroom_id}/questions")
+def stored_questions(teacher: httpx.Client, classroom_id: str, **filters: str) -> list[dict[str, Any]]:
+    response = teacher.get(f"/api/classrooms/{classroom_id}/questions", params=filters)
     assert response.status_code == 200, response.text
     questions: list[dict[str, Any]] = response.json()["questions"]
     return questions
+
+
+def error_of(response: httpx.Response) -> dict[str, str]:
+    error: dict[str, str] = response.json()["error"]
+    return error

@@ -2,6 +2,7 @@
 
 import json
 import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -9,50 +10,66 @@ import httpx
 from httpx_sse import connect_sse
 
 from service.app import create_app
-from tests.conftest import ServerThread, service_settings
+from service.settings import Settings
+from tests.conftest import Join, ServerThread, service_settings
 from tests.fakes import FAKE_WORDS, fake_backend_that_dies_mid_stream
-from tests.helpers import add_passage, ask_streaming, create_classroom, passage_text, stored_questions
+from tests.helpers import (
+    add_passage,
+    ask_json,
+    ask_streaming,
+    create_classroom,
+    joined_pupil,
+    passage_text,
+    signed_in_teacher,
+    stored_questions,
+)
 
 
-def wait_for_status(api: httpx.Client, classroom_id: str, status: str) -> dict[str, Any]:
+def wait_for_status(teacher: httpx.Client, classroom_id: str, status: str) -> dict[str, Any]:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        [question] = stored_questions(api, classroom_id)
+        [question] = stored_questions(teacher, classroom_id)
         if question["status"] == status:
             return question
         time.sleep(0.1)
     raise AssertionError(f"the question never became {status}: {question}")
 
 
-def test_pupil_leaving_mid_answer_keeps_the_text_so_far(api: httpx.Client) -> None:
-    classroom = create_classroom(api)
-    add_passage(api, classroom["id"], passage_text(100))
+def test_pupil_leaving_mid_answer_keeps_the_text_so_far(teacher: httpx.Client, join: Join) -> None:
+    classroom = create_classroom(teacher)
+    add_passage(teacher, classroom["id"], passage_text(100))
+    ada = join(classroom["join_code"], "Ada")
     received: list[str] = []
-    payload = {"pupil": "Ada", "question": "Tell me everything about bees."}
-    with connect_sse(api, "POST", f"/api/classrooms/{classroom['id']}/questions", json=payload) as source:
+    payload = {"question": "Tell me everything about bees."}
+    with connect_sse(ada, "POST", f"/api/classrooms/{classroom['id']}/questions", json=payload) as source:
         for event in source.iter_sse():
             if event.event == "token":
                 received.append(json.loads(event.data)["text"])
             if len(received) == 3:
                 break  # the pupil closes the page
 
-    question = wait_for_status(api, classroom["id"], "incomplete")
+    question = wait_for_status(teacher, classroom["id"], "incomplete")
     assert question["answer"].startswith("".join(received))
     assert question["error"] == "The pupil left before the answer finished."
+    # Leaving ended that answer, so the pupil may ask again at once.
+    assert ask_json(ada, classroom["id"], "Back again?").status_code == 200
 
 
-def test_backend_dying_mid_stream_ends_with_an_error_event_and_keeps_the_text(redis_url: str, model_dir: Path) -> None:
+def test_backend_dying_mid_stream_ends_with_an_error_event_and_keeps_the_text(
+    redis_url: str, model_dir: Path, settings: Settings
+) -> None:
     # The fake's own traceback, when it drops the connection, is expected: keep it out of the log.
     with ServerThread(fake_backend_that_dies_mid_stream(), log_level="critical") as backend:
-        settings = service_settings(redis_url, f"{backend.url}/v1", model_dir)
-        with ServerThread(create_app(settings)) as service, httpx.Client(base_url=service.url, timeout=10) as api:
-            classroom = create_classroom(api)
-            add_passage(api, classroom["id"], passage_text(100))
-            streamed = ask_streaming(api, classroom["id"], "Ben", "Why do bees dance?")
+        dying = service_settings(redis_url, f"{backend.url}/v1", model_dir)
+        with ServerThread(create_app(dying)) as service, closing(signed_in_teacher(settings, service.url)) as teacher:
+            classroom = create_classroom(teacher)
+            add_passage(teacher, classroom["id"], passage_text(100))
+            with closing(joined_pupil(service.url, classroom["join_code"], "Ben")) as ben:
+                streamed = ask_streaming(ben, classroom["id"], "Why do bees dance?")
 
             assert streamed.text == "".join(FAKE_WORDS)
             assert streamed.done is None
             assert streamed.error is not None and "cut short" in streamed.error["message"]
-            [stored] = stored_questions(api, classroom["id"])
+            [stored] = stored_questions(teacher, classroom["id"])
             assert stored["status"] == "incomplete"
             assert stored["answer"] == "".join(FAKE_WORDS)

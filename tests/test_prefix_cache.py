@@ -5,7 +5,7 @@ from openai import OpenAI
 
 from service.services import build_prompts
 from service.settings import Settings
-from tests.conftest import Vllm, report
+from tests.conftest import Join, Vllm, report
 from tests.helpers import add_passage, ask_json, create_classroom, passage_text
 
 QUESTIONS = [
@@ -25,20 +25,20 @@ def shared_prefix(a: list[int], b: list[int]) -> int:
 
 
 def test_passage_first_layout_reuses_the_cached_passage_and_question_first_does_not(
-    api: httpx.Client, vllm: Vllm, settings: Settings
+    teacher: httpx.Client, join: Join, vllm: Vllm, settings: Settings
 ) -> None:
     block = vllm.block_size()
     prompts = build_prompts(settings)
     tokenizer = prompts.tokenizer
     text = passage_text(600)
-    classroom = create_classroom(api)
-    passage = add_passage(api, classroom["id"], text)
+    classroom = create_classroom(teacher)
+    passage = add_passage(teacher, classroom["id"], text)
     assert 550 <= passage["tokens"] <= 700
 
     # Passage first, through the service, as pupils ask.
     passage_first = []
     for i, question in enumerate(QUESTIONS):
-        response = ask_json(api, classroom["id"], f"pupil {i + 1}", question)
+        response = ask_json(join(classroom["join_code"], f"pupil {i + 1}"), classroom["id"], question)
         assert response.status_code == 200, response.text
         passage_first.append(response.json()["usage"])
     ids = [tokenizer.chat_ids(prompts.messages("The honeybee", text, q)) for q in QUESTIONS]
@@ -78,12 +78,12 @@ def test_passage_first_layout_reuses_the_cached_passage_and_question_first_does_
     report("five pupils on one passage, prefix cache", figures)
 
 
-def test_service_counts_prompt_tokens_exactly_as_vllm(api: httpx.Client, settings: Settings) -> None:
+def test_service_counts_prompt_tokens_exactly_as_vllm(teacher: httpx.Client, join: Join, settings: Settings) -> None:
     prompts = build_prompts(settings)
     text, question = passage_text(200), "What is a drone?"
-    classroom = create_classroom(api)
-    passage = add_passage(api, classroom["id"], text)
-    usage = ask_json(api, classroom["id"], "Ada", question).json()["usage"]
+    classroom = create_classroom(teacher)
+    passage = add_passage(teacher, classroom["id"], text)
+    usage = ask_json(join(classroom["join_code"], "Ada"), classroom["id"], question).json()["usage"]
     ours = len(prompts.tokenizer.chat_ids(prompts.messages("The honeybee", text, question)))
     assert usage["prompt_tokens"] == ours
     assert passage["tokens"] == prompts.passage_tokens("The honeybee", text)

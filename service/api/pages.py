@@ -1,15 +1,68 @@
-"""Server-rendered pages. Their scripts talk to the same JSON and SSE API as any other client."""
+"""Server-rendered pages. Their scripts talk to the same JSON and SSE API as any other client; a page
+that needs a session it does not have sends the browser to where one is made."""
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from service.deps import ServicesDep, TemplatesDep
+from service.deps import PUPIL_COOKIE, TEACHER_COOKIE, AccountsDep, ServicesDep, StoreDep, TemplatesDep
+from service.errors import ServiceError
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
 
 
 @router.get("/", response_class=HTMLResponse)
-async def try_it(request: Request, services: ServicesDep, templates: TemplatesDep) -> HTMLResponse:
-    """One page to try the whole path: a class, a passage, answers streaming in, and their history."""
-    model = services.model.describe() if services.model else "an unknown model"
-    return templates.TemplateResponse(request, "try.html", {"model": model})
+async def join_page(request: Request, accounts: AccountsDep, templates: TemplatesDep) -> Response:
+    try:
+        await accounts.pupil(request.cookies.get(PUPIL_COOKIE))
+        return RedirectResponse("/class", status_code=303)
+    except ServiceError:
+        return templates.TemplateResponse(request, "join.html")
+
+
+@router.get("/class", response_class=HTMLResponse)
+async def class_page(
+    request: Request, accounts: AccountsDep, store: StoreDep, services: ServicesDep, templates: TemplatesDep
+) -> Response:
+    try:
+        pupil = await accounts.pupil(request.cookies.get(PUPIL_COOKIE))
+    except ServiceError:
+        return RedirectResponse("/", status_code=303)
+    classroom = await store.get_classroom(pupil.classroom_id)
+    context = {
+        "classroom_name": classroom.name,
+        "pupil_name": pupil.name,
+        "question_max_chars": services.settings.limits.question_max_chars,
+    }
+    return templates.TemplateResponse(request, "class.html", context)
+
+
+@router.get("/teacher/login", response_class=HTMLResponse)
+async def login_page(request: Request, templates: TemplatesDep) -> Response:
+    return templates.TemplateResponse(request, "teacher_login.html")
+
+
+@router.get("/teacher", response_class=HTMLResponse)
+async def classes_page(request: Request, accounts: AccountsDep, templates: TemplatesDep) -> Response:
+    try:
+        teacher = await accounts.teacher(request.cookies.get(TEACHER_COOKIE))
+    except ServiceError:
+        return RedirectResponse("/teacher/login", status_code=303)
+    return templates.TemplateResponse(request, "teacher_classes.html", {"teacher_name": teacher.name})
+
+
+@router.get("/teacher/classes/{classroom_id}", response_class=HTMLResponse)
+async def teacher_class_page(
+    classroom_id: str, request: Request, accounts: AccountsDep, store: StoreDep, templates: TemplatesDep
+) -> Response:
+    try:
+        teacher = await accounts.teacher(request.cookies.get(TEACHER_COOKIE))
+    except ServiceError:
+        return RedirectResponse("/teacher/login", status_code=303)
+    try:
+        classroom = await store.get_classroom(classroom_id)
+    except ServiceError:
+        return RedirectResponse("/teacher", status_code=303)
+    if classroom.teacher_id != teacher.id:
+        return RedirectResponse("/teacher", status_code=303)
+    context = {"classroom_id": classroom.id, "classroom_name": classroom.name, "join_code": classroom.join_code}
+    return templates.TemplateResponse(request, "teacher_class.html", context)

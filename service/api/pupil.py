@@ -1,18 +1,63 @@
-"""Pupils: ask a question about the classroom's passage and watch the answer stream in."""
+"""Pupils: join a class with its code, read its passage, ask, and watch the answer stream in."""
 
 import json
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from service.answering import AnswerStream, Failed, Finished, Token
-from service.api.schemas import Answer, AskQuestion
-from service.deps import AnsweringDep
+from service.api.schemas import Answer, AskQuestion, Join, Joined, PassageView, PupilView, QuestionList
+from service.deps import (
+    PUPIL_COOKIE,
+    AccountsDep,
+    AnsweringDep,
+    CurrentPupil,
+    ServicesDep,
+    StoreDep,
+    set_session_cookie,
+)
 
-router = APIRouter(prefix="/api/classrooms", tags=["pupil"])
+router = APIRouter(tags=["pupil"])
+
+OWN_HISTORY_LIMIT = 200
+
+
+@router.post("/api/join", status_code=201)
+async def join(body: Join, accounts: AccountsDep, services: ServicesDep, response: Response) -> Joined:
+    token, session, classroom = await accounts.join(body.join_code, body.name)
+    auth = services.settings.auth
+    set_session_cookie(response, PUPIL_COOKIE, token, auth.pupil_session_hours, auth.secure_cookies)
+    return Joined(classroom_id=classroom.id, classroom_name=classroom.name, name=session.name)
+
+
+@router.delete("/api/pupil/session", status_code=204)
+async def leave(request: Request, store: StoreDep, response: Response) -> None:
+    if token := request.cookies.get(PUPIL_COOKIE):
+        await store.end_pupil_session(token)
+    response.delete_cookie(PUPIL_COOKIE)
+
+
+@router.get("/api/pupil/me")
+async def my_class(pupil: CurrentPupil, store: StoreDep) -> PupilView:
+    """The pupil's class and the passage to read."""
+    classroom = await store.get_classroom(pupil.classroom_id)
+    passage = await store.active_passage(classroom.id)
+    return PupilView(
+        name=pupil.name,
+        classroom_id=classroom.id,
+        classroom_name=classroom.name,
+        is_open=classroom.is_open,
+        passage=PassageView(id=passage.id, title=passage.title, text=passage.text) if passage else None,
+    )
+
+
+@router.get("/api/pupil/questions")
+async def my_questions(pupil: CurrentPupil, store: StoreDep) -> QuestionList:
+    """The pupil's own questions and answers, newest first; never another pupil's."""
+    return QuestionList(questions=await store.pupil_questions(pupil.pupil_id, OWN_HISTORY_LIMIT))
 
 
 async def sse_events(stream: AnswerStream) -> AsyncGenerator[ServerSentEvent]:
@@ -31,13 +76,15 @@ async def sse_events(stream: AnswerStream) -> AsyncGenerator[ServerSentEvent]:
 
 
 @router.post(
-    "/{classroom_id}/questions",
+    "/api/classrooms/{classroom_id}/questions",
     response_model=Answer,
     responses={200: {"content": {"text/event-stream": {}}, "description": "SSE stream, or one JSON body"}},
 )
-async def ask(classroom_id: str, body: AskQuestion, answering: AnsweringDep, request: Request) -> object:
+async def ask(
+    classroom_id: str, body: AskQuestion, pupil: CurrentPupil, answering: AnsweringDep, request: Request
+) -> object:
     """Answers as Server-Sent Events; with `Accept: application/json`, as one JSON body."""
-    stream = await answering.ask(classroom_id, body.pupil, body.question)
+    stream = await answering.ask(pupil, classroom_id, body.question)
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:
         return JSONResponse(Answer.of(await stream.collect()).model_dump(mode="json"))

@@ -4,20 +4,57 @@ from typing import Annotated
 
 from pydantic import BaseModel, StringConstraints
 
-from service.records import QuestionRecord, QuestionStatus, Usage
+from service.records import Classroom, Passage, QuestionRecord, QuestionStatus, Teacher, Usage
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
 PupilName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=40)]
+
+
+# Teachers
+
+
+class SignIn(BaseModel):
+    email: str
+    password: str
+
+
+class TeacherOut(BaseModel):
+    id: str
+    email: str
+    name: str
+
+    @classmethod
+    def of(cls, teacher: Teacher) -> "TeacherOut":
+        return cls(id=teacher.id, email=teacher.email, name=teacher.name)
 
 
 class CreateClassroom(BaseModel):
     name: Name
 
 
-class ClassroomCreated(BaseModel):
+class UpdateClassroom(BaseModel):
+    name: Name | None = None
+    is_open: bool | None = None
+
+
+class ClassroomOut(BaseModel):
     id: str
     name: str
     join_code: str
+    is_open: bool
+
+    @classmethod
+    def of(cls, classroom: Classroom) -> "ClassroomOut":
+        return cls(id=classroom.id, name=classroom.name, join_code=classroom.join_code, is_open=classroom.is_open)
+
+
+class ClassroomList(BaseModel):
+    classrooms: list[ClassroomOut]
+
+
+class ClassroomDetail(ClassroomOut):
+    active_passage_id: str | None
+    passages: list[Passage]
 
 
 class AddPassage(BaseModel):
@@ -28,12 +65,48 @@ class AddPassage(BaseModel):
 
 class PassageAdded(BaseModel):
     id: str
+    title: str
     tokens: int
     max_tokens: int
 
 
+class ChooseActivePassage(BaseModel):
+    passage_id: str
+
+
+class QuestionList(BaseModel):
+    questions: list[QuestionRecord]
+
+
+# Pupils
+
+
+class Join(BaseModel):
+    join_code: str
+    name: PupilName
+
+
+class Joined(BaseModel):
+    classroom_id: str
+    classroom_name: str
+    name: str
+
+
+class PassageView(BaseModel):
+    id: str
+    title: str
+    text: str
+
+
+class PupilView(BaseModel):
+    name: str
+    classroom_id: str
+    classroom_name: str
+    is_open: bool
+    passage: PassageView | None
+
+
 class AskQuestion(BaseModel):
-    pupil: PupilName
     # Checked by the domain (empty, too many letters or tokens) with sentences a child understands.
     question: str
 
@@ -62,8 +135,7 @@ class Answer(BaseModel):
         )
 
 
-class QuestionList(BaseModel):
-    questions: list[QuestionRecord]
+# Health and operators
 
 
 class Readiness(BaseModel):

@@ -1,38 +1,170 @@
-"""Teachers: classrooms, their passages, and what their pupils asked."""
+"""Teachers: sign in, classrooms, passages, and what their pupils asked (also live, and as CSV)."""
 
-from fastapi import APIRouter, Query
+from collections.abc import AsyncGenerator
+from typing import Annotated
 
-from service.api.schemas import AddPassage, ClassroomCreated, CreateClassroom, PassageAdded, QuestionList
-from service.deps import PromptsDep, StoreDep
-from service.records import Passage
-from service.store import new_id
+from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
-router = APIRouter(prefix="/api/classrooms", tags=["teacher"])
+from service import passages
+from service.api.schemas import (
+    AddPassage,
+    ChooseActivePassage,
+    ClassroomDetail,
+    ClassroomList,
+    ClassroomOut,
+    CreateClassroom,
+    PassageAdded,
+    QuestionList,
+    SignIn,
+    TeacherOut,
+    UpdateClassroom,
+)
+from service.deps import (
+    TEACHER_COOKIE,
+    AccountsDep,
+    CurrentTeacher,
+    OwnClassroom,
+    PromptsDep,
+    ServicesDep,
+    StoreDep,
+    set_session_cookie,
+)
+from service.documents import extract_text
+from service.errors import FileTooLarge
+from service.export import questions_csv
+from service.records import Classroom, Passage
+from service.store import Store
+
+router = APIRouter(tags=["teacher"])
 
 
-@router.post("", status_code=201)
-async def create_classroom(body: CreateClassroom, store: StoreDep) -> ClassroomCreated:
-    classroom = await store.create_classroom(body.name)
-    return ClassroomCreated(id=classroom.id, name=classroom.name, join_code=classroom.join_code)
+@router.post("/api/teacher/session")
+async def sign_in(body: SignIn, accounts: AccountsDep, services: ServicesDep, response: Response) -> TeacherOut:
+    token, teacher = await accounts.sign_in(body.email, body.password)
+    auth = services.settings.auth
+    set_session_cookie(response, TEACHER_COOKIE, token, auth.teacher_session_hours, auth.secure_cookies)
+    return TeacherOut.of(teacher)
 
 
-@router.post("/{classroom_id}/passages", status_code=201)
-async def add_passage(classroom_id: str, body: AddPassage, store: StoreDep, prompts: PromptsDep) -> PassageAdded:
-    """Add a passage; the newest passage is the one pupils ask about."""
-    await store.get_classroom(classroom_id)
-    tokens = prompts.check_passage(body.title, body.text)
-    passage = Passage(id=new_id(), classroom_id=classroom_id, title=body.title, text=body.text, tokens=tokens)
-    await store.add_passage(passage)
-    return PassageAdded(id=passage.id, tokens=tokens, max_tokens=prompts.passage_max_tokens)
+@router.delete("/api/teacher/session", status_code=204)
+async def sign_out(request: Request, store: StoreDep, response: Response) -> None:
+    if token := request.cookies.get(TEACHER_COOKIE):
+        await store.end_teacher_session(token)
+    response.delete_cookie(TEACHER_COOKIE)
 
 
-@router.get("/{classroom_id}/questions")
-async def list_questions(
-    classroom_id: str,
+@router.get("/api/teacher/me")
+async def me(teacher: CurrentTeacher) -> TeacherOut:
+    return TeacherOut.of(teacher)
+
+
+@router.get("/api/classrooms")
+async def my_classrooms(teacher: CurrentTeacher, store: StoreDep) -> ClassroomList:
+    """The teacher's classrooms, newest first."""
+    return ClassroomList(classrooms=[ClassroomOut.of(c) for c in await store.teacher_classrooms(teacher.id)])
+
+
+@router.post("/api/classrooms", status_code=201)
+async def create_classroom(body: CreateClassroom, teacher: CurrentTeacher, store: StoreDep) -> ClassroomOut:
+    return ClassroomOut.of(await store.create_classroom(teacher.id, body.name))
+
+
+async def _detail(store: Store, classroom: Classroom) -> ClassroomDetail:
+    return ClassroomDetail(
+        **ClassroomOut.of(classroom).model_dump(),
+        active_passage_id=await store.active_passage_id(classroom.id),
+        passages=await store.list_passages(classroom.id),
+    )
+
+
+@router.get("/api/classrooms/{classroom_id}")
+async def classroom_detail(classroom: OwnClassroom, store: StoreDep) -> ClassroomDetail:
+    return await _detail(store, classroom)
+
+
+@router.patch("/api/classrooms/{classroom_id}")
+async def update_classroom(body: UpdateClassroom, classroom: OwnClassroom, store: StoreDep) -> ClassroomOut:
+    """Rename, or close and reopen: a closed class takes no new pupils and no questions."""
+    changes = body.model_dump(exclude_none=True)
+    updated = classroom.model_copy(update=changes)
+    await store.save_classroom(updated)
+    return ClassroomOut.of(updated)
+
+
+def _added(passage: Passage, prompts: PromptsDep) -> PassageAdded:
+    return PassageAdded(
+        id=passage.id, title=passage.title, tokens=passage.tokens, max_tokens=prompts.passage_max_tokens
+    )
+
+
+@router.post("/api/classrooms/{classroom_id}/passages", status_code=201)
+async def add_passage(body: AddPassage, classroom: OwnClassroom, store: StoreDep, prompts: PromptsDep) -> PassageAdded:
+    """Add a pasted passage; the newest passage becomes the one pupils ask about."""
+    return _added(await passages.add_passage(store, prompts, classroom.id, body.title, body.text), prompts)
+
+
+@router.post("/api/classrooms/{classroom_id}/passages/upload", status_code=201)
+async def upload_passage(
+    classroom: OwnClassroom,
     store: StoreDep,
-    limit: int = Query(100, ge=1, le=1000),
-    offset: int = Query(0, ge=0),
+    prompts: PromptsDep,
+    services: ServicesDep,
+    file: Annotated[UploadFile, File(description=".txt, .md, .docx or .pdf")],
+    title: Annotated[str, Form()] = "",
+) -> PassageAdded:
+    """Add a passage from a file; its name is the title unless one is given."""
+    limit = services.settings.limits.upload_max_bytes
+    data = await file.read(limit + 1)
+    if len(data) > limit:
+        raise FileTooLarge(limit)
+    filename = file.filename or "passage.txt"
+    text = extract_text(filename, data)
+    name = title.strip() or filename.rsplit(".", 1)[0]
+    return _added(await passages.add_passage(store, prompts, classroom.id, name, text), prompts)
+
+
+@router.put("/api/classrooms/{classroom_id}/active-passage")
+async def choose_active_passage(body: ChooseActivePassage, classroom: OwnClassroom, store: StoreDep) -> ClassroomDetail:
+    await passages.choose_active(store, classroom.id, body.passage_id)
+    return await _detail(store, classroom)
+
+
+@router.get("/api/classrooms/{classroom_id}/questions")
+async def list_questions(
+    classroom: OwnClassroom,
+    store: StoreDep,
+    pupil: Annotated[str | None, Query(description="only this pupil's display name")] = None,
+    passage_id: Annotated[str | None, Query(description="only questions about this passage")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
 ) -> QuestionList:
     """The classroom's questions with answers, usage and timings, newest first."""
-    await store.get_classroom(classroom_id)
-    return QuestionList(questions=await store.list_questions(classroom_id, limit, offset))
+    questions = await store.list_questions(
+        classroom.id, limit=limit, offset=offset, pupil_name=pupil, passage_id=passage_id
+    )
+    return QuestionList(questions=questions)
+
+
+@router.get("/api/classrooms/{classroom_id}/questions.csv")
+async def export_questions(classroom: OwnClassroom, store: StoreDep) -> Response:
+    """Every question of the classroom, newest first, for a spreadsheet."""
+    questions = await store.list_questions(classroom.id, limit=1_000_000)
+    by_id = {p.id: p for p in await store.list_passages(classroom.id)}
+    filename = f"{classroom.name or 'class'}-questions.csv".replace('"', "")
+    return Response(
+        questions_csv(questions, by_id),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
+
+
+@router.get("/api/classrooms/{classroom_id}/events")
+async def live_questions(classroom: OwnClassroom, store: StoreDep) -> EventSourceResponse:
+    """Server-Sent Events: each question as it is asked, and again when its answer ends."""
+
+    async def events() -> AsyncGenerator[ServerSentEvent]:
+        async for record in store.classroom_events(classroom.id):
+            yield ServerSentEvent(event="question", data=record.model_dump_json())
+
+    return EventSourceResponse(events(), ping=15)

@@ -1,0 +1,89 @@
+"""Who may do what: teachers' accounts and sign-in, pupils joining a class with its code."""
+
+from datetime import timedelta
+
+import anyio.to_thread
+from argon2 import PasswordHasher
+from argon2.exceptions import VerificationError
+
+from service.errors import (
+    ClassClosed,
+    InvalidInput,
+    NotJoined,
+    NotSignedIn,
+    SessionExpired,
+    SignInFailed,
+    WrongJoinCode,
+)
+from service.records import Classroom, PupilSession, Teacher
+from service.settings import AuthSettings, Settings
+from service.store import Store, connect, new_id
+
+MIN_PASSWORD_CHARS = 10
+# A hash to verify against when the email is unknown, so a wrong email costs as long as a wrong password.
+_hasher = PasswordHasher()
+_DUMMY_HASH = _hasher.hash("not a password of anyone")
+
+
+class Accounts:
+    def __init__(self, store: Store, auth: AuthSettings) -> None:
+        self._store = store
+        self._teacher_lifetime = timedelta(hours=auth.teacher_session_hours)
+        self._pupil_lifetime = timedelta(hours=auth.pupil_session_hours)
+
+    async def add_teacher(self, email: str, name: str, password: str) -> Teacher:
+        email = email.strip().lower()
+        if "@" not in email:
+            raise InvalidInput(f"'{email}' is not an email address.")
+        if len(password) < MIN_PASSWORD_CHARS:
+            raise InvalidInput(f"A password needs at least {MIN_PASSWORD_CHARS} characters.")
+        password_hash = await anyio.to_thread.run_sync(_hasher.hash, password)
+        teacher = Teacher(id=new_id(), email=email, name=name.strip() or email, password_hash=password_hash)
+        if not await self._store.add_teacher(teacher):
+            raise InvalidInput(f"There is already a teacher with the email {email}.")
+        return teacher
+
+    async def sign_in(self, email: str, password: str) -> tuple[str, Teacher]:
+        teacher = await self._store.teacher_by_email(email.strip().lower())
+        try:
+            # Argon2 takes tens of milliseconds on purpose: off the event loop.
+            await anyio.to_thread.run_sync(_hasher.verify, teacher.password_hash if teacher else _DUMMY_HASH, password)
+        except VerificationError as exc:
+            raise SignInFailed() from exc
+        if teacher is None:
+            raise SignInFailed()
+        return await self._store.start_teacher_session(teacher.id, self._teacher_lifetime), teacher
+
+    async def teacher(self, token: str | None) -> Teacher:
+        if not token:
+            raise NotSignedIn()
+        teacher = await self._store.teacher_of_session(token)
+        if teacher is None:
+            raise SessionExpired(pupil=False)
+        return teacher
+
+    async def join(self, code: str, name: str) -> tuple[str, PupilSession, Classroom]:
+        classroom = await self._store.classroom_by_join_code(code)
+        if classroom is None:
+            raise WrongJoinCode(code.strip())
+        if not classroom.is_open:
+            raise ClassClosed()
+        session = PupilSession(pupil_id=new_id(), classroom_id=classroom.id, name=name)
+        return await self._store.start_pupil_session(session, self._pupil_lifetime), session, classroom
+
+    async def pupil(self, token: str | None) -> PupilSession:
+        if not token:
+            raise NotJoined()
+        session = await self._store.pupil_of_session(token)
+        if session is None:
+            raise SessionExpired(pupil=True)
+        return session
+
+
+async def add_teacher(settings: Settings, email: str, name: str, password: str) -> Teacher:
+    """For the command line: one connection to Redis, one account."""
+    redis = connect(settings.redis.url)
+    try:
+        return await Accounts(Store(redis), settings.auth).add_teacher(email, name, password)
+    finally:
+        await redis.aclose()

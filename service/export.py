@@ -1,0 +1,44 @@
+"""A classroom's questions as CSV, for teachers' spreadsheets."""
+
+import csv
+import io
+from collections.abc import Iterable
+
+from service.records import Passage, QuestionRecord
+
+COLUMNS = [
+    "asked_at", "pupil", "passage", "question", "answer", "status",
+    "prompt_tokens", "cached_tokens", "completion_tokens", "ttft_ms", "total_ms",
+]  # fmt: skip
+
+
+def _cell(value: object) -> str:
+    text = "" if value is None else str(value)
+    # A cell starting with = + - @ is a formula to a spreadsheet: quote it so a question cannot run one.
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def questions_csv(questions: Iterable[QuestionRecord], passages: dict[str, Passage]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(COLUMNS)
+    for q in questions:
+        passage = passages.get(q.passage_id)
+        usage = q.usage
+        writer.writerow(
+            _cell(v)
+            for v in (
+                q.asked_at.isoformat(timespec="seconds"),
+                q.pupil,
+                passage.title if passage else q.passage_id,
+                q.question,
+                q.answer,
+                q.status.value,
+                usage.prompt_tokens if usage else None,
+                usage.cached_tokens if usage else None,
+                usage.completion_tokens if usage else None,
+                round(q.ttft_ms) if q.ttft_ms is not None else None,
+                round(q.total_ms) if q.total_ms is not None else None,
+            )
+        )
+    return out.getvalue()

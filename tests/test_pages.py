@@ -1,0 +1,154 @@
+"""The pages in a real headless Chromium (Debian's), driven by Playwright: a teacher and two pupils.
+
+Screenshots of every page are saved under SCREENSHOTS, printed at the end of the run.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from service.settings import Settings
+from tests.conftest import ROOT, report
+from tests.documents import docx_bytes
+from tests.helpers import PASSWORD, new_teacher_account
+
+SCREENSHOTS = ROOT / ".test-artifacts" / "screenshots"
+CHROMIUM = "/usr/bin/chromium"
+# As the machine's own probe starts it: no sandbox as root, and no calls home on a closed network.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+NASTY = "<script>window.pwned = true</script><b>bold?</b>"
+TIMEOUT_MS = 60_000
+
+# Records every length the answer box passes through, to tell streaming from one late burst.
+WATCH_ANSWER = """() => {
+  window.answerLengths = [];
+  const box = document.getElementById("answer");
+  new MutationObserver(() => window.answerLengths.push(box.textContent.length))
+    .observe(box, { childList: true, characterData: true, subtree: true });
+}"""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    report("screenshots of the pages", str(SCREENSHOTS))
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def shot(page: Page, name: str) -> None:
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def test_a_teacher_and_two_pupils_in_the_browser(
+    browser: Browser, settings: Settings, service: str, tmp_path: Path
+) -> None:
+    email = new_teacher_account(settings)
+    passage_file = tmp_path / "The honeybee.docx"
+    passage_file.write_bytes(
+        docx_bytes(
+            [
+                "Honeybees live in colonies of many thousands, with one queen and many workers.",
+                "Worker bees carry pollen from flower to flower. This is called pollination.",
+                "<script>window.pwned = true</script> is how the passage writes a tag, as text.",
+            ]
+        )
+    )
+
+    # The teacher signs in, creates a class and uploads a .docx passage.
+    teacher = browser.new_context(viewport={"width": 1100, "height": 900}).new_page()
+    teacher.set_default_timeout(TIMEOUT_MS)
+    teacher.goto(f"{service}/teacher")
+    expect(teacher).to_have_url(f"{service}/teacher/login")
+    shot(teacher, "teacher-sign-in")
+    teacher.get_by_label("Email").fill(email)
+    teacher.get_by_label("Password").fill("not the password")
+    teacher.get_by_role("button", name="Sign in").click()
+    expect(teacher.get_by_role("alert")).to_contain_text("do not match an account")
+    teacher.get_by_label("Password").fill(PASSWORD)
+    teacher.get_by_role("button", name="Sign in").click()
+    expect(teacher.get_by_role("heading", name="Your classes")).to_be_visible()
+    teacher.get_by_label("New class").fill(f"Class 4B {NASTY}")
+    teacher.get_by_role("button", name="Create").click()
+    expect(teacher.locator("#class-title")).to_have_text(f"Class 4B {NASTY}")
+    teacher.get_by_text("Add a passage").click()
+    teacher.get_by_label("Or upload a file").set_input_files(passage_file)
+    teacher.get_by_role("button", name="Upload", exact=True).click()
+    expect(teacher.locator("#passages")).to_contain_text("The honeybee")
+    expect(teacher.locator("#passages")).to_contain_text("pupils see this one")
+    code = teacher.locator("#join-code").inner_text()
+    shot(teacher, "teacher-class-before-questions")
+
+    # Two pupils join on two pages; one uses the keyboard alone.
+    pupils = []
+    for _ in ("Ada", "Ben"):
+        page = browser.new_context(viewport={"width": 400, "height": 800}, is_mobile=True).new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(f"{service}/")
+        pupils.append(page)
+    ada, ben = pupils
+    shot(ada, "pupil-join")
+    ada.get_by_label("Class code").fill("WRNG-CODE")
+    ada.get_by_label("Your first name").fill("Ada")
+    ada.get_by_role("button", name="Join").click()
+    expect(ada.get_by_role("alert")).to_contain_text("There is no class with the code")
+    ada.get_by_label("Class code").fill(code.lower())
+    ada.get_by_role("button", name="Join").click()
+    ben.get_by_label("Class code").focus()
+    ben.keyboard.type(code)
+    ben.keyboard.press("Tab")
+    ben.keyboard.type("Ben")
+    ben.keyboard.press("Enter")
+    for page in pupils:
+        expect(page.get_by_role("heading", name="The honeybee")).to_be_visible()
+        expect(page.locator("#passage-text")).to_contain_text("<script>window.pwned = true</script>")
+
+    # Both ask at the same time; both answers stream in.
+    questions = {"Ada": "Why do bees visit flowers?", "Ben": f"What is pollination? {NASTY}"}
+    for page, name in ((ada, "Ada"), (ben, "Ben")):
+        page.evaluate(WATCH_ANSWER)
+        page.get_by_label("Your question", exact=True).fill(questions[name])
+    ada.get_by_role("button", name="Ask", exact=True).click()
+    ben.get_by_label("Your question", exact=True).focus()
+    ben.keyboard.press("Tab")  # the Ask button is next in the tab order
+    ben.keyboard.press("Enter")
+    for page, name in ((ada, "Ada"), (ben, "Ben")):
+        expect(page.locator("#history li").first).to_contain_text(questions[name])
+        lengths = page.evaluate("window.answerLengths")
+        assert len({n for n in lengths if n > 0}) > 2, f"{name}'s answer did not stream: {lengths}"
+        expect(page.locator("#answer")).not_to_be_empty()
+        shot(page, f"pupil-{name.lower()}-answered")
+
+    # The teacher's page showed both, live, without a reload.
+    items = teacher.locator("#questions li")
+    expect(items).to_have_count(2)
+    for name, question in questions.items():
+        expect(items.filter(has_text=f"{name}: {question}")).to_contain_text("answered")
+    shot(teacher, "teacher-class-live-questions")
+
+    # What anyone typed stayed text on every page.
+    for page in (teacher, ada, ben):
+        assert page.evaluate("window.pwned") is None
+    assert teacher.locator("#questions b").count() == 0
+
+
+def test_pages_without_a_session_send_the_browser_to_sign_in_or_join(browser: Browser, service: str) -> None:
+    page = browser.new_page()
+    page.goto(f"{service}/class")
+    expect(page).to_have_url(f"{service}/")
+    expect(page.get_by_role("heading", name="Join your class")).to_be_visible()
+    page.goto(f"{service}/teacher/classes/anything")
+    expect(page).to_have_url(f"{service}/teacher/login")
+    page.close()
