@@ -237,6 +237,7 @@ def render(p: CapacityPlan, how_cache_was_sized: str) -> str:
         f"                    {p.pupils_sharing_passage:,} sharing the passage in the prefix cache"
         f" ({p.passage_tokens:,} + N x {per_pupil:,} tokens)",
     ]
+    lines.append("                    (vLLM also caps the requests it runs at once, --max-num-seqs; the rest wait)")
     if whole > p.max_model_len:
         lines.append(f"WARNING: one prompt and answer ({whole:,} tokens) exceed max_model_len ({p.max_model_len:,})")
     return "\n".join(lines)
