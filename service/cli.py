@@ -141,7 +141,10 @@ def capacity(
     if kv_dtype not in get_args(cap.KvDtype):
         raise typer.BadParameter(f"choose one of {', '.join(get_args(cap.KvDtype))}")
     folder = model_dir or settings.model.dir
-    model = cap.ModelFacts.from_dir(folder)
+    try:
+        model = cap.ModelFacts.from_dir(folder)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--model-dir") from exc
     device: Device = "cpu" if gpu_memory_gib is None else "gpu"
     if gpu_memory_gib is None:
         cache, how = cap.cpu_cache(cpu_kvcache_gib or settings.backend.cpu_kvcache_gib)

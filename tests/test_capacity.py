@@ -170,3 +170,5 @@ def test_cli_prints_the_plan_of_the_module(model_dir: Path) -> None:
 
     refused = runner.invoke(app, ["capacity", "--model-dir", str(model_dir), "--kv-dtype", "int3"])
     assert refused.exit_code != 0
+    not_a_model = runner.invoke(app, ["capacity", "--model-dir", str(model_dir / "nowhere")])
+    assert not_a_model.exit_code == 2 and "config.json" in not_a_model.output
