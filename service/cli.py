@@ -7,9 +7,10 @@ from typing import Annotated, get_args
 import typer
 import uvicorn
 
+from service import capacity as cap
 from service.accounts import add_teacher
 from service.backend import server as vllm_server
-from service.backend.flags import detect_device, serve_flags
+from service.backend.flags import Device, detect_device, serve_env, serve_flags
 from service.backend.venv import ensure_vllm_venv
 from service.errors import InvalidInput
 from service.model.prepare import announce, prepare_model
@@ -105,11 +106,70 @@ def backend_flags(
     ctx: typer.Context,
     device: Annotated[str, typer.Option(help="cpu or gpu")] = "gpu",
     model_dir: Annotated[str, typer.Option(help="model path as the server sees it")] = "/models/current",
+    env: Annotated[bool, typer.Option("--env", help="print vLLM's environment (NAME=value lines) instead")] = False,
 ) -> None:
     """Print `vllm serve`'s arguments, for deploy scripts that start vLLM themselves."""
     if device not in ("cpu", "gpu"):
         raise typer.BadParameter("cpu or gpu")
-    print(" ".join(serve_flags(_settings(ctx).backend, Path(model_dir), "cpu" if device == "cpu" else "gpu")))
+    backend, target = _settings(ctx).backend, _device(device)
+    if env:
+        print("\n".join(f"{name}={value}" for name, value in serve_env(backend, target, {}).items()))
+    else:
+        print(" ".join(serve_flags(backend, Path(model_dir), target)))
+
+
+def _device(value: str) -> Device:
+    return "cpu" if value == "cpu" else "gpu"
+
+
+@app.command()
+def capacity(
+    ctx: typer.Context,
+    model_dir: Annotated[Path | None, typer.Option(help="model folder (default: the settings' model.dir)")] = None,
+    gpu_memory_gib: Annotated[
+        float | None, typer.Option(help="the GPU's memory as CUDA reports it (H200: 139.8); without it, vLLM-CPU")
+    ] = None,
+    utilization: Annotated[float, typer.Option(help="vLLM's --gpu-memory-utilization")] = cap.VLLM_GPU_UTILIZATION,
+    reserved_gib: Annotated[float, typer.Option(help="GPU memory vLLM keeps besides weights and cache")] = 0.0,
+    cpu_kvcache_gib: Annotated[
+        float | None, typer.Option(help="VLLM_CPU_KVCACHE_SPACE (default: the settings' backend.cpu_kvcache_gib)")
+    ] = None,
+    kv_dtype: Annotated[str, typer.Option(help="auto (as vLLM: the model's; float32 on a CPU), or a dtype")] = "auto",
+    block_tokens: Annotated[int | None, typer.Option(help="KV block size (default: 16 on a GPU, 128 on a CPU)")] = None,
+    passage_tokens: Annotated[int, typer.Option(help="the class's shared passage")] = cap.TYPICAL_PASSAGE_TOKENS,
+    question_tokens: Annotated[int | None, typer.Option(help="per pupil (default: the longest allowed)")] = None,
+    answer_tokens: Annotated[int | None, typer.Option(help="per pupil (default: the answer budget)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
+) -> None:
+    """Weights, KV bytes per token, tokens that fit in vLLM's KV cache, and pupils that fit at once."""
+    settings = _settings(ctx)
+    if kv_dtype not in get_args(cap.KvDtype):
+        raise typer.BadParameter(f"choose one of {', '.join(get_args(cap.KvDtype))}")
+    folder = model_dir or settings.model.dir
+    try:
+        model = cap.ModelFacts.from_dir(folder)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--model-dir") from exc
+    device: Device = "cpu" if gpu_memory_gib is None else "gpu"
+    if gpu_memory_gib is None:
+        cache, how = cap.cpu_cache(cpu_kvcache_gib or settings.backend.cpu_kvcache_gib)
+    else:
+        cache, how = cap.gpu_cache(model, gpu_memory_gib, utilization, reserved_gib)
+    result = cap.plan(
+        folder,
+        model,
+        device,
+        cache,
+        kv_dtype=cap.resolve_kv_dtype(kv_dtype, model, device),  # type: ignore[arg-type]
+        block_tokens=block_tokens or cap.BLOCK_TOKENS[device],
+        max_model_len=settings.backend.max_model_len,
+        class_shape=cap.ClassShape(
+            passage=passage_tokens,
+            question=question_tokens or settings.limits.question_max_tokens,
+            answer=answer_tokens or settings.answer.max_tokens,
+        ),
+    )
+    print(result.model_dump_json(indent=2) if as_json else cap.render(result, how))
 
 
 @teacher_app.command("add")

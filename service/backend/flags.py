@@ -10,6 +10,9 @@ from service.settings import BackendSettings
 Device = Literal["cpu", "gpu"]
 
 LAUNCHER = Path(__file__).with_name("launch_vllm_cpu.py")
+# On AVX2-only CPUs bf16 falls back to kernels so slow that a 1.5B model takes minutes to start; the KV
+# cache takes this dtype too, which `classroom capacity` needs to know.
+CPU_DTYPE = "float32"
 
 
 def detect_device(setting: Literal["auto", "cpu", "gpu"]) -> Device:
@@ -32,9 +35,8 @@ def serve_flags(backend: BackendSettings, model_dir: Path, device: Device) -> li
         "--enable-prompt-tokens-details",  # usage carries prompt_tokens_details.cached_tokens
     ]  # fmt: skip
     if device == "cpu":
-        # Eager mode skips torch.compile (20-30 s faster start). float32: on AVX2-only CPUs bf16 falls
-        # back to kernels so slow that a 1.5B model takes minutes to start.
-        flags += ["--enforce-eager", "--dtype", "float32"]
+        # Eager mode skips torch.compile (20-30 s faster start).
+        flags += ["--enforce-eager", "--dtype", CPU_DTYPE]
     return flags
 
 
