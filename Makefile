@@ -6,8 +6,9 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# chromium runs the browser tests; prometheus brings promtool and shellcheck lints deploy/scripts.
-APT_PACKAGES := redis-server chromium prometheus shellcheck
+# chromium runs the browser tests; nginx-light the streams-through-a-proxy tests; prometheus brings
+# promtool and shellcheck lints deploy/scripts.
+APT_PACKAGES := redis-server chromium nginx-light prometheus shellcheck
 
 .PHONY: run test test-fp8 setup system-packages lint
 

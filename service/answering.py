@@ -1,9 +1,10 @@
 """One pupil question, from arrival to stored answer, with no back-and-forth.
 
 `Answering.ask` checks the question, stores it before any model call (so nothing is lost), builds the
-messages, and opens the stream to vLLM before the HTTP response starts, so a dead backend is still a
-plain 503. `AnswerStream.events` then turns the model's stream into events and stores the result on
-every path out: finished, failed, or cut short because the pupil left.
+messages, and opens the stream on the replica the fleet plans for this passage before the HTTP response
+starts, so a dead backend is still a plain 503 (the next replica is tried first). `AnswerStream.events`
+then turns the model's stream into events and, on every way out (finished, failed, cut short because
+the pupil left), stores the result and records the metrics.
 """
 
 import logging
@@ -14,8 +15,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import anyio
-from openai import APIConnectionError, APIError, AsyncOpenAI, AsyncStream
-from openai.types.chat import ChatCompletionChunk
+from openai import APIConnectionError, APIError, AsyncStream
+from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 from openai.types.completion_usage import CompletionUsage
 
 from service.errors import (
@@ -26,6 +27,8 @@ from service.errors import (
     NoActivePassage,
     WrongClassroom,
 )
+from service.fleet import Fleet
+from service.metrics import Metrics
 from service.prompting import Prompts
 from service.ratelimit import QuestionRateLimit
 from service.records import Passage, PupilSession, QuestionRecord, QuestionStatus, Usage, utcnow
@@ -75,22 +78,26 @@ class AnswerStream:
         record: QuestionRecord,
         upstream: AsyncStream[ChatCompletionChunk],
         store: Store,
+        metrics: Metrics,
         started: float,
+        queue_wait_s: float,
     ) -> None:
         self.record = record
         self._upstream = upstream
         self._store = store
+        self._metrics = metrics
         self._started = started
+        self._queue_wait_s = queue_wait_s
 
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self._started) * 1000
 
     async def events(self) -> AsyncGenerator[AnswerEvent]:
         parts: list[str] = []
-        ttft_ms: float | None = None
+        token_times: list[float] = []
         finish_reason: str | None = None
         usage: Usage | None = None
-        stored = False
+        outcome: tuple[QuestionStatus, str | None] | None = None
         try:
             try:
                 async for chunk in self._upstream:
@@ -98,46 +105,47 @@ class AnswerStream:
                     for choice in chunk.choices:
                         finish_reason = choice.finish_reason or finish_reason
                         if choice.delta.content:
-                            if ttft_ms is None:
-                                ttft_ms = self._elapsed_ms()
+                            token_times.append(time.perf_counter())
                             parts.append(choice.delta.content)
                             yield Token(choice.delta.content)
             except Exception:  # the stream broke: the connection cut, a protocol or server error mid-way
                 log.warning("answer %s cut short by the backend", self.record.id, exc_info=True)
-                self.record = self._finish(QuestionStatus.INCOMPLETE, parts, ttft_ms, usage, finish_reason)
-                self.record.error = MIDSTREAM_FAILURE
-                await self._store.save_question(self.record)
-                stored = True
-                yield Failed(self.record, MIDSTREAM_FAILURE)
-                return
-            self.record = self._finish(QuestionStatus.ANSWERED, parts, ttft_ms, usage, finish_reason)
+                outcome = (QuestionStatus.INCOMPLETE, MIDSTREAM_FAILURE)
+            else:
+                outcome = (QuestionStatus.ANSWERED, None)
+            self.record = self._finish(outcome, parts, token_times, usage, finish_reason)
             await self._store.save_question(self.record)
-            stored = True
-            yield Finished(self.record)
+            if outcome[1] is None:
+                yield Finished(self.record)
+            else:
+                yield Failed(self.record, outcome[1])
         finally:
-            if not stored:
-                # The consumer went away (the pupil closed the page): keep what was said so far.
-                self.record = self._finish(QuestionStatus.INCOMPLETE, parts, ttft_ms, usage, finish_reason)
-                self.record.error = PUPIL_LEFT
-                with anyio.CancelScope(shield=True):
-                    await self._store.save_question(self.record)
             with anyio.CancelScope(shield=True):
+                if outcome is None:
+                    # The consumer went away (the pupil closed the page): keep what was said so far.
+                    outcome = (QuestionStatus.INCOMPLETE, PUPIL_LEFT)
+                    self.record = self._finish(outcome, parts, token_times, usage, finish_reason)
+                    await self._store.save_question(self.record)
+                gaps = [later - earlier for earlier, later in zip(token_times, token_times[1:], strict=False)]
+                self._metrics.observe(self.record, gaps, self._queue_wait_s)
                 await self._upstream.close()  # vLLM aborts a request whose stream is closed
                 await self._store.release_answering(self.record.pupil_id)
 
     def _finish(
         self,
-        status: QuestionStatus,
+        outcome: tuple[QuestionStatus, str | None],
         parts: list[str],
-        ttft_ms: float | None,
+        token_times: list[float],
         usage: Usage | None,
         finish_reason: str | None,
     ) -> QuestionRecord:
+        status, error = outcome
         return self.record.model_copy(
             update={
                 "status": status,
+                "error": error,
                 "answer": "".join(parts),
-                "ttft_ms": ttft_ms,
+                "ttft_ms": (token_times[0] - self._started) * 1000 if token_times else None,
                 "total_ms": self._elapsed_ms(),
                 "usage": usage,
                 "finish_reason": finish_reason,
@@ -159,7 +167,8 @@ class Answering:
         self,
         store: Store,
         prompts: Prompts,
-        client: AsyncOpenAI,
+        fleet: Fleet,
+        metrics: Metrics,
         rate_limit: QuestionRateLimit,
         *,
         model: str,
@@ -169,7 +178,8 @@ class Answering:
     ) -> None:
         self._store = store
         self._prompts = prompts
-        self._client = client
+        self._fleet = fleet
+        self._metrics = metrics
         self._rate_limit = rate_limit
         self._model = model
         self._max_tokens = max_tokens
@@ -198,6 +208,7 @@ class Answering:
             raise
 
     async def _start(self, pupil: PupilSession, passage: Passage, question: str, started: float) -> AnswerStream:
+        variant, replicas = self._fleet.plan(pupil.pupil_id, passage.id)
         record = QuestionRecord(
             id=new_id(),
             classroom_id=passage.classroom_id,
@@ -205,28 +216,37 @@ class Answering:
             pupil_id=pupil.pupil_id,
             pupil=pupil.name,
             question=question,
+            variant=variant,
+            replica=replicas[0] if replicas else None,
         )
         await self._store.add_question(record)
-
         messages = self._prompts.messages(passage.title, passage.text, question)
-        try:
-            upstream = await self._client.chat.completions.create(
-                model=self._model,
-                messages=messages,
-                max_tokens=self._max_tokens,
-                temperature=self._temperature,
-                stream=True,
-                stream_options={"include_usage": True},
-            )
-        except APIConnectionError as exc:
-            await self._fail(record, BackendUnavailable().message)
-            raise BackendUnavailable() from exc
-        except APIError as exc:
-            message = f"The answering service refused the question ({exc.message})."
-            await self._fail(record, message)
-            raise BackendFailed(message) from exc
-        return AnswerStream(record, upstream, self._store, started)
+        for url in replicas:
+            try:
+                upstream = await self._open(url, messages)
+            except APIConnectionError as exc:
+                self._fleet.mark_down(url, str(exc))  # and try the next replica in the plan
+                continue
+            except APIError as exc:
+                message = f"The answering service refused the question ({exc.message})."
+                await self._fail(record.model_copy(update={"replica": url}), message)
+                raise BackendFailed(message) from exc
+            record = record.model_copy(update={"replica": url})
+            return AnswerStream(record, upstream, self._store, self._metrics, started, time.perf_counter() - started)
+        await self._fail(record.model_copy(update={"replica": None}), BackendUnavailable().message)
+        raise BackendUnavailable()
+
+    async def _open(self, url: str, messages: list[ChatCompletionMessageParam]) -> AsyncStream[ChatCompletionChunk]:
+        return await self._fleet.client(url).chat.completions.create(
+            model=self._model,
+            messages=messages,
+            max_tokens=self._max_tokens,
+            temperature=self._temperature,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
 
     async def _fail(self, record: QuestionRecord, message: str) -> None:
         failed = record.model_copy(update={"status": QuestionStatus.FAILED, "error": message, "finished_at": utcnow()})
         await self._store.save_question(failed)
+        self._metrics.observe(failed)

@@ -10,6 +10,7 @@ from fastapi.templating import Jinja2Templates
 from service.accounts import Accounts
 from service.answering import Answering
 from service.errors import ClassroomNotFound, OperatorOnly
+from service.passages import Passages
 from service.prompting import Prompts
 from service.records import Classroom, PupilSession, Teacher
 from service.services import Services
@@ -44,6 +45,10 @@ def get_prompts(services: ServicesDep) -> Prompts:
     return services.prompts
 
 
+def get_passages(services: ServicesDep) -> Passages:
+    return services.passages
+
+
 def get_answering(services: ServicesDep) -> Answering:
     return services.answering
 
@@ -56,6 +61,7 @@ def get_templates(request: Request) -> Jinja2Templates:
 StoreDep = Annotated[Store, Depends(get_store)]
 AccountsDep = Annotated[Accounts, Depends(get_accounts)]
 PromptsDep = Annotated[Prompts, Depends(get_prompts)]
+PassagesDep = Annotated[Passages, Depends(get_passages)]
 AnsweringDep = Annotated[Answering, Depends(get_answering)]
 TemplatesDep = Annotated[Jinja2Templates, Depends(get_templates)]
 

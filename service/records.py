@@ -68,6 +68,9 @@ class QuestionRecord(BaseModel):
     pupil: str
     question: str
     status: QuestionStatus = QuestionStatus.ANSWERING
+    # Where it was sent: the variant and the replica's base URL (None if no replica was reachable).
+    variant: str | None = None
+    replica: str | None = None
     answer: str = ""
     error: str | None = None
     finish_reason: str | None = None

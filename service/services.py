@@ -5,17 +5,22 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
-from openai import AsyncOpenAI, Timeout
+from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from service.accounts import Accounts
 from service.answering import Answering
+from service.backends import BackendConfig
+from service.fleet import Fleet
+from service.metrics import Metrics, ReplicaHealthCollector
 from service.model.prepare import ModelManifest, read_manifest
+from service.passages import Passages
 from service.prompting import Prompts
 from service.ratelimit import QuestionRateLimit
 from service.settings import Settings
 from service.store import Store, connect
 from service.tokens import ModelTokenizer
+from service.warmup import Warmup
 
 
 @dataclass(frozen=True)
@@ -25,20 +30,12 @@ class Services:
     store: Store
     accounts: Accounts
     prompts: Prompts
-    backend: AsyncOpenAI
+    fleet: Fleet
+    warmup: Warmup
+    passages: Passages
+    metrics: Metrics
     answering: Answering
     model: ModelManifest | None
-
-
-def backend_client(settings: Settings) -> AsyncOpenAI:
-    backend = settings.backend
-    return AsyncOpenAI(
-        base_url=backend.base_url,
-        api_key=backend.api_key.get_secret_value(),
-        # No retries: a pupil waiting on a dead backend should hear so at once, not after backoff.
-        max_retries=0,
-        timeout=Timeout(backend.read_timeout_s, connect=backend.connect_timeout_s),
-    )
 
 
 def build_prompts(settings: Settings) -> Prompts:
@@ -52,22 +49,36 @@ def build_prompts(settings: Settings) -> Prompts:
     )
 
 
+def declared_backends(settings: Settings) -> BackendConfig:
+    file = settings.routing.backends_file
+    return BackendConfig.from_file(file) if file is not None else BackendConfig.single(settings.backend.base_url)
+
+
 @asynccontextmanager
 async def open_services(settings: Settings) -> AsyncIterator[Services]:
     prompts = build_prompts(settings)
     redis = connect(settings.redis.url)
-    client = backend_client(settings)
     store = Store(redis)
+    fleet = Fleet(store, settings, declared_backends(settings))
+    registry = CollectorRegistry()
+    metrics = Metrics(registry)
+    registry.register(ReplicaHealthCollector(fleet))
+    model = settings.backend.served_model_name
+    warmup = Warmup(store, prompts, fleet, model=model, max_passages=settings.routing.warmup_max_passages)
+    if settings.routing.warmup:
+        fleet.on_change(warmup.fleet_changed)
     answering = Answering(
         store,
         prompts,
-        client,
+        fleet,
+        metrics,
         QuestionRateLimit(redis, settings.redis.url, settings.limits.questions_per_minute),
-        model=settings.backend.served_model_name,
+        model=model,
         max_tokens=settings.answer.max_tokens,
         temperature=settings.answer.temperature,
         longest_answer=timedelta(seconds=settings.answer.longest_s),
     )
+    await fleet.start()
     try:
         yield Services(
             settings=settings,
@@ -75,10 +86,14 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             store=store,
             accounts=Accounts(store, settings.auth),
             prompts=prompts,
-            backend=client,
+            fleet=fleet,
+            warmup=warmup,
+            passages=Passages(store, prompts, warmup if settings.routing.warmup else None),
+            metrics=metrics,
             answering=answering,
             model=read_manifest(settings.model.dir),
         )
     finally:
-        await client.close()
+        await warmup.close()
+        await fleet.close()
         await redis.aclose()

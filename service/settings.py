@@ -78,9 +78,30 @@ class BackendSettings(BaseModel):
         return f"{parts.scheme}://{parts.netloc}"
 
 
+class RoutingSettings(BaseModel):
+    # Variants and replicas as declared (deploy/backends.yaml); without a file, one variant `original`
+    # with the one replica `backend.base_url`.
+    backends_file: Path | None = None
+    # affinity: rendezvous hashing on the passage; round_robin: for comparison in benchmarks.
+    policy: Literal["affinity", "round_robin"] = "affinity"
+    # A replica with this many requests waiting in vLLM's queue is passed over for the next choice.
+    max_waiting: float = 4.0
+    probe_interval_s: float = 2.0
+    probe_timeout_s: float = 1.0
+    # How often each process re-reads the shared configuration: a switch reaches all within a second.
+    config_poll_s: float = 0.5
+    # Send each active passage once (one output token) when it becomes active, and again when a variant
+    # or replica does, so that the first pupil already finds it in the cache.
+    warmup: bool = True
+    warmup_max_passages: int = 200
+
+
 class AnswerSettings(BaseModel):
     max_tokens: int = 256
     temperature: float = 0.3
+    # While a question waits for its first token (and all along), an SSE comment this often keeps
+    # proxies with idle timeouts (nginx's proxy_read_timeout, load balancers) from cutting the stream.
+    keepalive_s: float = 10.0
     # A pupil may ask again only when their answer has ended; should a process die mid-answer, this
     # long at most. 256 tokens take ~20 s on a CPU with 0.5b, ~2 s on a GPU.
     longest_s: float = 180.0
@@ -121,6 +142,7 @@ class Settings(BaseSettings):
     redis: RedisSettings = Field(default_factory=RedisSettings)
     model: ModelSettings = Field(default_factory=ModelSettings)
     backend: BackendSettings = Field(default_factory=BackendSettings)
+    routing: RoutingSettings = Field(default_factory=RoutingSettings)
     answer: AnswerSettings = Field(default_factory=AnswerSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)

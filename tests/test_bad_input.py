@@ -2,20 +2,18 @@
 
 import time
 from contextlib import closing
-from pathlib import Path
 
 import httpx
 
-from service.app import create_app
 from service.settings import Settings
-from tests.conftest import Join, ServerThread, free_port, service_settings
+from tests.conftest import Join, free_port
 from tests.helpers import (
     add_passage,
     ask_json,
     ask_streaming,
     create_classroom,
     error_of,
-    joined_pupil,
+    operator_headers,
     passage_text,
     signed_in_teacher,
     stored_questions,
@@ -76,22 +74,24 @@ def test_question_before_any_passage_is_409(teacher: httpx.Client, join: Join) -
 
 
 def test_dead_backend_is_a_503_within_2_seconds_and_nothing_stored_is_lost(
-    teacher: httpx.Client, join: Join, redis_url: str, model_dir: Path
+    teacher: httpx.Client, join: Join, service: str, settings: Settings
 ) -> None:
-    # Earlier work, through the healthy service.
+    # Earlier work, through the healthy backend.
     classroom = create_classroom(teacher)
     passage = add_passage(teacher, classroom["id"], passage_text(120))
-    assert ask_json(join(classroom["join_code"], "Ada"), classroom["id"], "Before the outage?").status_code == 200
+    ada, ben = join(classroom["join_code"], "Ada"), join(classroom["join_code"], "Ben")
+    assert ask_json(ada, classroom["id"], "Before the outage?").status_code == 200
 
-    # A second service process on the same Redis whose backend is a port nothing listens on.
-    dead = service_settings(redis_url, f"http://127.0.0.1:{free_port()}/v1", model_dir)
-    with ServerThread(create_app(dead)) as broken:
-        ben = joined_pupil(broken.url, classroom["join_code"], "Ben")
+    # The operator switches to a variant whose only replica is a port nothing listens on.
+    operator = httpx.Client(base_url=service, headers=operator_headers(settings), timeout=10)
+    dead = {"replicas": [f"http://127.0.0.1:{free_port()}/v1"]}
+    assert operator.put("/api/operator/backends/variants/down", json=dead).status_code == 200
+    assert operator.put("/api/operator/backends/active", json={"variant": "down"}).status_code == 200
+    try:
         for streaming in (False, True):
             began = time.monotonic()
             if streaming:
-                url = f"/api/classrooms/{classroom['id']}/questions"
-                response = ben.post(url, json={"question": "Streamed?"})
+                response = ben.post(f"/api/classrooms/{classroom['id']}/questions", json={"question": "Streamed?"})
             else:
                 response = ask_json(ben, classroom["id"], "During the outage?")
             assert time.monotonic() - began < 2.0
@@ -101,8 +101,13 @@ def test_dead_backend_is_a_503_within_2_seconds_and_nothing_stored_is_lost(
                 "The answering service cannot be reached right now. Your question was saved; "
                 "please try again in a minute."
             )
-        assert httpx.get(f"{broken.url}/readyz").status_code == 503
-        ben.close()
+        ready = httpx.get(f"{service}/readyz")
+        assert ready.status_code == 503
+        assert "no healthy replica of the active variant 'down'" in ready.json()["backend"]
+    finally:
+        assert operator.put("/api/operator/backends/active", json={"variant": "original"}).status_code == 200
+        assert operator.delete("/api/operator/backends/variants/down").status_code == 200
+        operator.close()
 
     # Everything is still there, and the failed questions are recorded as such.
     questions = stored_questions(teacher, classroom["id"])
@@ -112,7 +117,7 @@ def test_dead_backend_is_a_503_within_2_seconds_and_nothing_stored_is_lost(
         ("Before the outage?", "answered"),
     ]
     assert questions[2]["answer"]
-    assert ask_streaming(join(classroom["join_code"], "Ada"), classroom["id"], "After?").done is not None
+    assert ask_streaming(ada, classroom["id"], "After?").done is not None
     assert stored_questions(teacher, classroom["id"])[0]["passage_id"] == passage["id"]
 
 

@@ -3,7 +3,6 @@
 import json
 import time
 from contextlib import closing
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,7 +10,7 @@ from httpx_sse import connect_sse
 
 from service.app import create_app
 from service.settings import Settings
-from tests.conftest import Join, ServerThread, service_settings
+from tests.conftest import Join, ServerThread, isolated
 from tests.fakes import FAKE_WORDS, fake_backend_that_dies_mid_stream
 from tests.helpers import (
     add_passage,
@@ -55,13 +54,12 @@ def test_pupil_leaving_mid_answer_keeps_the_text_so_far(teacher: httpx.Client, j
     assert ask_json(ada, classroom["id"], "Back again?").status_code == 200
 
 
-def test_backend_dying_mid_stream_ends_with_an_error_event_and_keeps_the_text(
-    redis_url: str, model_dir: Path, settings: Settings
-) -> None:
+def test_backend_dying_mid_stream_ends_with_an_error_event_and_keeps_the_text(settings: Settings) -> None:
     # The fake's own traceback, when it drops the connection, is expected: keep it out of the log.
     with ServerThread(fake_backend_that_dies_mid_stream(), log_level="critical") as backend:
-        dying = service_settings(redis_url, f"{backend.url}/v1", model_dir)
-        with ServerThread(create_app(dying)) as service, closing(signed_in_teacher(settings, service.url)) as teacher:
+        fake = settings.backend.model_copy(update={"base_url": f"{backend.url}/v1"})
+        dying = isolated(settings, backend=fake)
+        with ServerThread(create_app(dying)) as service, closing(signed_in_teacher(dying, service.url)) as teacher:
             classroom = create_classroom(teacher)
             add_passage(teacher, classroom["id"], passage_text(100))
             with closing(joined_pupil(service.url, classroom["join_code"], "Ben")) as ben:

@@ -3,7 +3,6 @@
 import anyio
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
-from openai import APIError
 from redis.exceptions import RedisError
 
 from service.api.schemas import Readiness
@@ -22,7 +21,8 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 async def readyz(services: ServicesDep) -> JSONResponse:
-    """Redis answers and the backend serves our model: only then can a question be answered."""
+    """Redis answers and a replica of the active variant serves our model (as last probed): only then
+    can a question be answered."""
     try:
         # The client retries through a Redis restart for seconds; a probe wants an answer now.
         with anyio.fail_after(PROBE_TIMEOUT_S):
@@ -30,13 +30,14 @@ async def readyz(services: ServicesDep) -> JSONResponse:
         redis = "ok"
     except (OSError, RedisError) as exc:  # TimeoutError is an OSError
         redis = f"unreachable: {exc or 'no answer within the probe time'}"
-    try:
-        models = await services.backend.with_options(timeout=PROBE_TIMEOUT_S).models.list()
-        served = [m.id async for m in models]
-        name = services.settings.backend.served_model_name
-        backend = "ok" if name in served else f"serves {served}, not {name}"
-    except APIError as exc:
-        backend = f"unreachable: {exc.message}"
+    fleet = services.fleet
+    active = fleet.config.active
+    replicas = fleet.config.variants[active].replicas
+    if fleet.healthy() & set(replicas):
+        backend = "ok"
+    else:
+        errors = "; ".join(f"{url}: {fleet.replicas[url].error}" for url in replicas if url in fleet.replicas)
+        backend = f"no healthy replica of the active variant '{active}' ({errors})"
     model = services.model.describe() if services.model else "unknown (no classroom-model.json)"
     body = Readiness(redis=redis, backend=backend, model=model)
     ready = redis == "ok" and backend == "ok"

@@ -1,21 +1,156 @@
-"""Operators: the state of the deployment. Every route here needs the operator token."""
+"""Operators: the backends (switch, canary, replicas), their health, and latency and cache figures.
 
-from fastapi import APIRouter
-from pydantic import BaseModel
+Every route here needs the operator token. Changes go to the configuration shared in Redis, which
+every service process follows within a second.
+"""
 
+import time
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field, ValidationError
+
+from service import stats
+from service.backends import BackendConfig, Canary, Variant
 from service.deps import OperatorAuth, ServicesDep
+from service.errors import InvalidInput
+from service.fleet import Fleet, VllmFigures
 
 router = APIRouter(prefix="/api/operator", tags=["operator"])
 
+Window = Annotated[int, Query(ge=60, le=24 * 3600, description="seconds back from now")]
+
 
 class Status(BaseModel):
-    backend_url: str
     served_model_name: str
     model: str
 
 
+class ReplicaOut(BaseModel):
+    url: str
+    variants: list[str]
+    healthy: bool
+    error: str | None
+    checked_at: float
+    vllm: VllmFigures
+
+
+class BackendsOut(BaseModel):
+    config: BackendConfig
+    replicas: list[ReplicaOut]
+
+
+class ChooseVariant(BaseModel):
+    variant: str
+
+
+class StatsOut(BaseModel):
+    window_s: int
+    overall: stats.Figures
+    by_variant: dict[str, stats.Figures]
+    by_replica: dict[str, stats.Figures]
+    by_classroom: dict[str, stats.Figures]
+    classroom_names: dict[str, str]
+    series: dict[str, list[stats.Point]] = Field(description="per variant, per minute")
+
+
+def _backends(fleet: Fleet) -> BackendsOut:
+    config = fleet.config
+    replicas = []
+    for url in config.replica_urls():
+        state = fleet.replicas.get(url)
+        variants = [name for name, v in config.variants.items() if url in v.replicas]
+        replicas.append(
+            ReplicaOut(
+                url=url,
+                variants=variants,
+                healthy=bool(state and state.healthy),
+                error=state.error if state else "not probed yet",
+                checked_at=state.checked_at if state else 0.0,
+                vllm=state.figures if state else VllmFigures(),
+            )
+        )
+    return BackendsOut(config=config, replicas=replicas)
+
+
+async def _change(fleet: Fleet, change: Callable[[BackendConfig], BackendConfig]) -> BackendsOut:
+    try:
+        await fleet.update(change)
+    except (ValidationError, ValueError) as exc:
+        errors = exc.errors() if isinstance(exc, ValidationError) else [{"msg": str(exc)}]
+        raise InvalidInput("; ".join(str(e["msg"]).removeprefix("Value error, ") for e in errors)) from exc
+    return _backends(fleet)
+
+
 @router.get("/status")
 async def status(_: OperatorAuth, services: ServicesDep) -> Status:
-    backend = services.settings.backend
     model = services.model.describe() if services.model else "unknown (no classroom-model.json)"
-    return Status(backend_url=backend.base_url, served_model_name=backend.served_model_name, model=model)
+    return Status(served_model_name=services.settings.backend.served_model_name, model=model)
+
+
+@router.get("/backends")
+async def backends(_: OperatorAuth, services: ServicesDep) -> BackendsOut:
+    """The variants, the active one and the canary, and each replica's health and vLLM figures."""
+    return _backends(services.fleet)
+
+
+@router.put("/backends/active")
+async def switch(body: ChooseVariant, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
+    """New questions go to this variant; answers already streaming finish where they started."""
+
+    def change(config: BackendConfig) -> BackendConfig:
+        canary = None if config.canary and config.canary.variant == body.variant else config.canary
+        return config.model_copy(update={"active": body.variant, "canary": canary})
+
+    return await _change(services.fleet, change)
+
+
+@router.put("/backends/canary")
+async def set_canary(body: Canary, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
+    """Send this share of pupils (by a hash of their id: each stays on one variant) to another variant."""
+    return await _change(services.fleet, lambda config: config.model_copy(update={"canary": body}))
+
+
+@router.delete("/backends/canary")
+async def end_canary(_: OperatorAuth, services: ServicesDep) -> BackendsOut:
+    return await _change(services.fleet, lambda config: config.model_copy(update={"canary": None}))
+
+
+@router.put("/backends/variants/{name}")
+async def put_variant(name: str, body: Variant, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
+    """Declare a variant or change its replicas (add one to scale out, remove one to drain it)."""
+    return await _change(
+        services.fleet, lambda config: config.model_copy(update={"variants": {**config.variants, name: body}})
+    )
+
+
+@router.delete("/backends/variants/{name}")
+async def delete_variant(name: str, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
+    def change(config: BackendConfig) -> BackendConfig:
+        if name not in config.variants:
+            raise ValueError(f"there is no variant '{name}'")
+        return config.model_copy(update={"variants": {k: v for k, v in config.variants.items() if k != name}})
+
+    return await _change(services.fleet, change)
+
+
+@router.get("/stats")
+async def operator_stats(_: OperatorAuth, services: ServicesDep, window_s: Window = 3600) -> StatsOut:
+    """Time to first token and cache hit ratio per variant, replica and classroom, and per minute."""
+    until = time.time()
+    since = until - window_s
+    records = await services.store.questions_between(since, until)
+    names = {c.id: c.name for c in await services.store.all_classrooms()}
+    return StatsOut(
+        window_s=window_s,
+        overall=stats.figures(records),
+        by_variant=stats.breakdown(records, lambda r: r.variant or "none"),
+        by_replica=stats.breakdown(records, lambda r: r.replica or "none"),
+        by_classroom=stats.breakdown(records, lambda r: r.classroom_id),
+        classroom_names={cid: names.get(cid, cid) for cid in {r.classroom_id for r in records}},
+        series={
+            variant: stats.series([r for r in records if (r.variant or "none") == variant], since, until, 60)
+            for variant in sorted({r.variant or "none" for r in records})
+        },
+    )

@@ -23,6 +23,9 @@ from service.deps import (
 router = APIRouter(tags=["pupil"])
 
 OWN_HISTORY_LIMIT = 200
+# Besides what sse-starlette sets (X-Accel-Buffering: no, Connection: keep-alive): no proxy may store or
+# transform (e.g. compress, which buffers) the stream.
+STREAM_HEADERS = {"Cache-Control": "no-store, no-transform"}
 
 
 @router.post("/api/join", status_code=201)
@@ -81,11 +84,16 @@ async def sse_events(stream: AnswerStream) -> AsyncGenerator[ServerSentEvent]:
     responses={200: {"content": {"text/event-stream": {}}, "description": "SSE stream, or one JSON body"}},
 )
 async def ask(
-    classroom_id: str, body: AskQuestion, pupil: CurrentPupil, answering: AnsweringDep, request: Request
+    classroom_id: str,
+    body: AskQuestion,
+    pupil: CurrentPupil,
+    answering: AnsweringDep,
+    services: ServicesDep,
+    request: Request,
 ) -> object:
     """Answers as Server-Sent Events; with `Accept: application/json`, as one JSON body."""
     stream = await answering.ask(pupil, classroom_id, body.question)
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:
         return JSONResponse(Answer.of(await stream.collect()).model_dump(mode="json"))
-    return EventSourceResponse(sse_events(stream))
+    return EventSourceResponse(sse_events(stream), ping=services.settings.answer.keepalive_s, headers=STREAM_HEADERS)

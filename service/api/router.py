@@ -2,10 +2,11 @@
 
 from fastapi import APIRouter
 
-from service.api import health, operator, pages, pupil, teacher
+from service.api import health, metrics, operator, pages, pupil, teacher
 
 api_router = APIRouter()
 api_router.include_router(health.router)
+api_router.include_router(metrics.router)
 api_router.include_router(teacher.router)
 api_router.include_router(pupil.router)
 api_router.include_router(operator.router)

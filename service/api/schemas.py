@@ -54,6 +54,8 @@ class ClassroomList(BaseModel):
 
 class ClassroomDetail(ClassroomOut):
     active_passage_id: str | None
+    # Replicas that already hold the active passage in their prefix cache (sent ahead of the pupils).
+    active_passage_warmed_on: list[str]
     passages: list[Passage]
 
 

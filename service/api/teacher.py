@@ -1,12 +1,14 @@
 """Teachers: sign in, classrooms, passages, and what their pupils asked (also live, and as CSV)."""
 
+import time
 from collections.abc import AsyncGenerator
 from typing import Annotated
 
 from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from service import passages
+from service import stats
+from service.api.pupil import STREAM_HEADERS
 from service.api.schemas import (
     AddPassage,
     ChooseActivePassage,
@@ -25,6 +27,7 @@ from service.deps import (
     AccountsDep,
     CurrentTeacher,
     OwnClassroom,
+    PassagesDep,
     PromptsDep,
     ServicesDep,
     StoreDep,
@@ -71,9 +74,11 @@ async def create_classroom(body: CreateClassroom, teacher: CurrentTeacher, store
 
 
 async def _detail(store: Store, classroom: Classroom) -> ClassroomDetail:
+    active = await store.active_passage_id(classroom.id)
     return ClassroomDetail(
         **ClassroomOut.of(classroom).model_dump(),
-        active_passage_id=await store.active_passage_id(classroom.id),
+        active_passage_id=active,
+        active_passage_warmed_on=await store.warmed(active) if active else [],
         passages=await store.list_passages(classroom.id),
     )
 
@@ -99,15 +104,17 @@ def _added(passage: Passage, prompts: PromptsDep) -> PassageAdded:
 
 
 @router.post("/api/classrooms/{classroom_id}/passages", status_code=201)
-async def add_passage(body: AddPassage, classroom: OwnClassroom, store: StoreDep, prompts: PromptsDep) -> PassageAdded:
+async def add_passage(
+    body: AddPassage, classroom: OwnClassroom, passages: PassagesDep, prompts: PromptsDep
+) -> PassageAdded:
     """Add a pasted passage; the newest passage becomes the one pupils ask about."""
-    return _added(await passages.add_passage(store, prompts, classroom.id, body.title, body.text), prompts)
+    return _added(await passages.add(classroom.id, body.title, body.text), prompts)
 
 
 @router.post("/api/classrooms/{classroom_id}/passages/upload", status_code=201)
 async def upload_passage(
     classroom: OwnClassroom,
-    store: StoreDep,
+    passages: PassagesDep,
     prompts: PromptsDep,
     services: ServicesDep,
     file: Annotated[UploadFile, File(description=".txt, .md, .docx or .pdf")],
@@ -121,12 +128,14 @@ async def upload_passage(
     filename = file.filename or "passage.txt"
     text = extract_text(filename, data)
     name = title.strip() or filename.rsplit(".", 1)[0]
-    return _added(await passages.add_passage(store, prompts, classroom.id, name, text), prompts)
+    return _added(await passages.add(classroom.id, name, text), prompts)
 
 
 @router.put("/api/classrooms/{classroom_id}/active-passage")
-async def choose_active_passage(body: ChooseActivePassage, classroom: OwnClassroom, store: StoreDep) -> ClassroomDetail:
-    await passages.choose_active(store, classroom.id, body.passage_id)
+async def choose_active_passage(
+    body: ChooseActivePassage, classroom: OwnClassroom, store: StoreDep, passages: PassagesDep
+) -> ClassroomDetail:
+    await passages.choose_active(classroom.id, body.passage_id)
     return await _detail(store, classroom)
 
 
@@ -146,6 +155,17 @@ async def list_questions(
     return QuestionList(questions=questions)
 
 
+@router.get("/api/classrooms/{classroom_id}/stats")
+async def classroom_stats(
+    classroom: OwnClassroom,
+    store: StoreDep,
+    window_s: Annotated[int, Query(ge=60, le=7 * 24 * 3600, description="seconds back from now")] = 3600,
+) -> stats.Figures:
+    """The class's time to first token (p50, p95) and cache hit ratio over the window (default: an hour)."""
+    until = time.time()
+    return stats.figures(await store.questions_between(until - window_s, until, classroom.id))
+
+
 @router.get("/api/classrooms/{classroom_id}/questions.csv")
 async def export_questions(classroom: OwnClassroom, store: StoreDep) -> Response:
     """Every question of the classroom, newest first, for a spreadsheet."""
@@ -160,11 +180,11 @@ async def export_questions(classroom: OwnClassroom, store: StoreDep) -> Response
 
 
 @router.get("/api/classrooms/{classroom_id}/events")
-async def live_questions(classroom: OwnClassroom, store: StoreDep) -> EventSourceResponse:
+async def live_questions(classroom: OwnClassroom, store: StoreDep, services: ServicesDep) -> EventSourceResponse:
     """Server-Sent Events: each question as it is asked, and again when its answer ends."""
 
     async def events() -> AsyncGenerator[ServerSentEvent]:
         async for record in store.classroom_events(classroom.id):
             yield ServerSentEvent(event="question", data=record.model_dump_json())
 
-    return EventSourceResponse(events(), ping=15)
+    return EventSourceResponse(events(), ping=services.settings.answer.keepalive_s, headers=STREAM_HEADERS)

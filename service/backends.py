@@ -1,0 +1,120 @@
+"""Which vLLM replica answers a question: variants, canary split, health, and passage affinity.
+
+A *variant* is one deployment of the model (`original`: bf16, `fp8`) with one or more *replicas* (base
+URLs). The configuration is declared in a file (deploy/backends.yaml) and lives in Redis, where
+operators change it at run time; every service process reads it back within a second.
+
+Routing a question:
+1. the variant: the active one, unless the pupil falls in the canary's share (by a hash of the pupil id,
+   so a pupil stays on one variant and each variant caches a passage once);
+2. the replica: rendezvous hashing on the passage id over the variant's healthy replicas, so every
+   question on a passage goes where that passage is already in the prefix cache; a replica whose queue
+   (vLLM's own `num_requests_waiting`) is at the bound is passed over for the next choice, so a popular
+   passage cannot sink one replica. The rest of the order is the failover order.
+"""
+
+import hashlib
+import itertools
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, Field, model_validator
+
+Routing = Literal["affinity", "round_robin"]
+
+
+class Variant(BaseModel):
+    replicas: list[str] = Field(min_length=1, description="OpenAI base URLs, e.g. http://10.0.0.5:8000/v1")
+    description: str = ""
+
+
+class Canary(BaseModel):
+    variant: str
+    percent: int = Field(ge=0, le=100)
+
+
+class BackendConfig(BaseModel):
+    version: int = 0
+    active: str
+    canary: Canary | None = None
+    variants: dict[str, Variant]
+
+    @model_validator(mode="after")
+    def _names_exist(self) -> "BackendConfig":
+        if self.active not in self.variants:
+            raise ValueError(f"the active variant '{self.active}' is not one of {sorted(self.variants)}")
+        if self.canary is not None:
+            if self.canary.variant not in self.variants:
+                raise ValueError(f"the canary variant '{self.canary.variant}' is not one of {sorted(self.variants)}")
+            if self.canary.variant == self.active:
+                raise ValueError("the canary must be another variant than the active one")
+        return self
+
+    @classmethod
+    def from_file(cls, path: Path) -> "BackendConfig":
+        return cls.model_validate(yaml.safe_load(path.read_text()))
+
+    @classmethod
+    def single(cls, base_url: str) -> "BackendConfig":
+        """One variant, one replica: what a deployment that names only `backend.base_url` gets."""
+        return cls(active="original", variants={"original": Variant(replicas=[base_url])})
+
+    def replica_urls(self) -> list[str]:
+        return sorted({url for variant in self.variants.values() for url in variant.replicas})
+
+
+def _score(key: str, replica: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{key}|{replica}".encode(), digest_size=8).digest(), "big")
+
+
+def rendezvous_order(key: str, replicas: list[str]) -> list[str]:
+    """Highest-random-weight order: adding or removing a replica moves only the keys it wins or held."""
+    return sorted(replicas, key=lambda replica: _score(key, replica), reverse=True)
+
+
+def variant_for(config: BackendConfig, pupil_id: str) -> str:
+    canary = config.canary
+    if canary is not None and _score("canary", pupil_id) % 100 < canary.percent:
+        return canary.variant
+    return config.active
+
+
+def replica_order(
+    preferred: list[str],
+    healthy: set[str],
+    waiting: dict[str, float],
+    max_waiting: float,
+) -> list[str]:
+    """The healthy replicas in preference order, those at the queue bound moved behind the others."""
+    usable = [url for url in preferred if url in healthy]
+    return [url for url in usable if waiting.get(url, 0) < max_waiting] + [
+        url for url in usable if waiting.get(url, 0) >= max_waiting
+    ]
+
+
+class Router:
+    """Pure routing decisions over a configuration and the replicas' last known health and load."""
+
+    def __init__(self, routing: Routing, max_waiting: float) -> None:
+        self.routing = routing
+        self.max_waiting = max_waiting
+        self._turns = itertools.count()
+
+    def plan(
+        self,
+        config: BackendConfig,
+        pupil_id: str,
+        passage_id: str,
+        healthy: set[str],
+        waiting: dict[str, float],
+    ) -> tuple[str, list[str]]:
+        """The variant, and its replicas to try in order (empty when none is healthy)."""
+        variant = variant_for(config, pupil_id)
+        replicas = config.variants[variant].replicas
+        if self.routing == "round_robin":
+            turn = next(self._turns) % len(replicas)
+            preferred = replicas[turn:] + replicas[:turn]
+        else:
+            preferred = rendezvous_order(passage_id, replicas)
+        return variant, replica_order(preferred, healthy, waiting, self.max_waiting)

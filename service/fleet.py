@@ -1,0 +1,218 @@
+"""The replicas as this service process sees them: the shared configuration, health, load and clients.
+
+The configuration lives in Redis (seeded from deploy/backends.yaml or `backend.base_url`); each process
+re-reads its version every `config_poll_s`, so an operator's switch reaches every process within a
+second. Each replica is probed every `probe_interval_s`: `/health` and `/v1/models` (it serves our
+model), and `/metrics` for its queue and cache figures. A replica that fails either probe, or refuses
+a connection, gets no new questions until a probe passes again. Streams already running keep their
+own connection, so no switch and no config change cuts one.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import httpx
+from openai import AsyncOpenAI, Timeout
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel
+
+from service.backends import BackendConfig, Router
+from service.settings import Settings
+from service.store import Store
+
+log = logging.getLogger(__name__)
+
+ChangeListener = Callable[[], Awaitable[None]]
+
+
+class VllmFigures(BaseModel):
+    """What a replica's own /metrics says, under the names of vLLM 0.26 (GPU) and 0.32 (CPU) alike."""
+
+    running: float = 0.0
+    waiting: float = 0.0
+    kv_cache_usage: float = 0.0
+    prefix_cache_queries: float = 0.0
+    prefix_cache_hits: float = 0.0
+
+
+# Each figure, and the names vLLM has used for it (V1 names first, older V0 names after).
+VLLM_NAMES: dict[str, tuple[str, ...]] = {
+    "running": ("vllm:num_requests_running",),
+    "waiting": ("vllm:num_requests_waiting",),
+    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+}
+
+
+def parse_vllm_metrics(text: str) -> VllmFigures:
+    """Sum each figure over a replica's engines (a replica may run several data-parallel engines)."""
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[sample.name] = samples.get(sample.name, 0.0) + sample.value
+    figures: dict[str, float] = {}
+    for figure, names in VLLM_NAMES.items():
+        found = next((samples[name] for name in names if name in samples), None)
+        if found is not None:
+            figures[figure] = found
+    return VllmFigures(**figures)
+
+
+def root_url(base_url: str) -> str:
+    """Where /health and /metrics live: the OpenAI base URL without its /v1."""
+    return base_url.rstrip("/").removesuffix("/v1")
+
+
+@dataclass
+class ReplicaState:
+    url: str
+    healthy: bool = False
+    error: str | None = "not probed yet"
+    checked_at: float = 0.0
+    figures: VllmFigures = field(default_factory=VllmFigures)
+
+
+class Fleet:
+    def __init__(self, store: Store, settings: Settings, declared: BackendConfig) -> None:
+        self._store = store
+        self._settings = settings
+        self._declared = declared
+        self.config = declared
+        self.router = Router(settings.routing.policy, settings.routing.max_waiting)
+        self.replicas: dict[str, ReplicaState] = {}
+        self._clients: dict[str, AsyncOpenAI] = {}
+        self._http = httpx.AsyncClient(timeout=settings.routing.probe_timeout_s)
+        self._listeners: list[ChangeListener] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # Life cycle
+
+    async def start(self) -> None:
+        self.config = await self._store.seed_backend_config(self._declared)
+        await self.probe_all()
+        self._tasks = [asyncio.create_task(self._follow_config()), asyncio.create_task(self._probe_forever())]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._http.aclose()
+        for client in self._clients.values():
+            await client.close()
+
+    def on_change(self, listener: ChangeListener) -> None:
+        """Called when the configuration changes or a replica comes back: time to warm caches."""
+        self._listeners.append(listener)
+
+    async def _changed(self) -> None:
+        for listener in self._listeners:
+            await listener()
+
+    # Routing
+
+    def client(self, url: str) -> AsyncOpenAI:
+        """One client per replica, kept for the process's life: a stream in flight keeps using its own."""
+        if url not in self._clients:
+            backend = self._settings.backend
+            self._clients[url] = AsyncOpenAI(
+                base_url=url,
+                api_key=backend.api_key.get_secret_value(),
+                # No retries: the next replica is tried instead, and a pupil hears at once if none is left.
+                max_retries=0,
+                timeout=Timeout(backend.read_timeout_s, connect=backend.connect_timeout_s),
+            )
+        return self._clients[url]
+
+    def healthy(self) -> set[str]:
+        return {url for url, state in self.replicas.items() if state.healthy}
+
+    def plan(self, pupil_id: str, passage_id: str) -> tuple[str, list[str]]:
+        waiting = {url: state.figures.waiting for url, state in self.replicas.items()}
+        return self.router.plan(self.config, pupil_id, passage_id, self.healthy(), waiting)
+
+    def plan_variant(self, variant: str, passage_id: str) -> list[str]:
+        """Where a passage goes on one variant, whoever asks: for warming its cache before anyone does."""
+        config = self.config.model_copy(update={"active": variant, "canary": None})
+        waiting = {url: state.figures.waiting for url, state in self.replicas.items()}
+        return self.router.plan(config, "", passage_id, self.healthy(), waiting)[1]
+
+    def replica_health(self) -> list[tuple[str, str, bool]]:
+        return [
+            (name, url, self.replicas.get(url, ReplicaState(url)).healthy)
+            for name, variant in sorted(self.config.variants.items())
+            for url in variant.replicas
+        ]
+
+    def mark_down(self, url: str, error: str) -> None:
+        state = self.replicas.setdefault(url, ReplicaState(url))
+        state.healthy, state.error, state.checked_at = False, error, time.time()
+        log.warning("replica %s is down: %s", url, error)
+
+    # Changes by operators
+
+    async def update(self, change: Callable[[BackendConfig], BackendConfig]) -> BackendConfig:
+        """Apply an operator's change to the shared configuration, atomically, and follow it at once."""
+        self.config = await self._store.update_backend_config(change)
+        await self._sync_replicas()
+        await self._changed()
+        return self.config
+
+    # Background work
+
+    async def _follow_config(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.routing.config_poll_s)
+            try:
+                current = await self._store.backend_config()
+            except Exception:  # Redis restarting: keep routing with what we have
+                log.warning("could not read the backend configuration", exc_info=True)
+                continue
+            if current is not None and current.version != self.config.version:
+                self.config = current
+                await self._sync_replicas()
+                await self._changed()
+
+    async def _probe_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self._settings.routing.probe_interval_s)
+            came_back = await self.probe_all()
+            if came_back:
+                await self._changed()
+
+    async def _sync_replicas(self) -> None:
+        new = [url for url in self.config.replica_urls() if url not in self.replicas]
+        if new:
+            await asyncio.gather(*(self._probe(url) for url in new))
+
+    async def probe_all(self) -> bool:
+        """Probe every configured replica; True if one came back to health."""
+        before = self.healthy()
+        urls = self.config.replica_urls()
+        await asyncio.gather(*(self._probe(url) for url in urls))
+        return bool((self.healthy() & set(urls)) - before)
+
+    async def _probe(self, url: str) -> None:
+        state = self.replicas.setdefault(url, ReplicaState(url))
+        root = root_url(url)
+        try:
+            health = await self._http.get(f"{root}/health")
+            health.raise_for_status()
+            models = await self._http.get(f"{url.rstrip('/')}/models")
+            models.raise_for_status()
+            served = [m["id"] for m in models.json()["data"]]
+            name = self._settings.backend.served_model_name
+            if name not in served:
+                raise ValueError(f"serves {served}, not {name}")
+            metrics = await self._http.get(f"{root}/metrics")
+            state.figures = parse_vllm_metrics(metrics.text) if metrics.is_success else VllmFigures()
+            state.healthy, state.error = True, None
+        except (httpx.HTTPError, ValueError, KeyError) as exc:
+            state.healthy, state.error = False, str(exc) or type(exc).__name__
+        state.checked_at = time.time()

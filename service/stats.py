@@ -1,0 +1,66 @@
+"""Latency and cache figures computed from the stored question records (exact, per class, any window).
+
+Prometheus holds the same figures as time series with bounded labels; these are for the teacher's and
+operator's pages, which need per-classroom detail that labels must not carry.
+"""
+
+import statistics
+from collections.abc import Callable, Iterable
+
+from pydantic import BaseModel
+
+from service.records import QuestionRecord, QuestionStatus
+
+
+class Figures(BaseModel):
+    questions: int
+    answered: int
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    prompt_tokens: int
+    cached_tokens: int
+    cache_hit_ratio: float | None  # cached / prompt tokens
+
+
+class Point(Figures):
+    start: float  # epoch seconds at the start of the bucket
+
+
+def percentile(values: list[float], pct: int) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
+
+
+def figures(records: Iterable[QuestionRecord]) -> Figures:
+    records = list(records)
+    ttfts = [r.ttft_ms for r in records if r.ttft_ms is not None]
+    prompt = sum(r.usage.prompt_tokens for r in records if r.usage)
+    cached = sum(r.usage.cached_tokens for r in records if r.usage)
+    return Figures(
+        questions=len(records),
+        answered=sum(r.status == QuestionStatus.ANSWERED for r in records),
+        ttft_p50_ms=percentile(ttfts, 50),
+        ttft_p95_ms=percentile(ttfts, 95),
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        cache_hit_ratio=cached / prompt if prompt else None,
+    )
+
+
+def breakdown(records: Iterable[QuestionRecord], key: Callable[[QuestionRecord], str]) -> dict[str, Figures]:
+    groups: dict[str, list[QuestionRecord]] = {}
+    for record in records:
+        groups.setdefault(key(record), []).append(record)
+    return {name: figures(group) for name, group in sorted(groups.items())}
+
+
+def series(records: Iterable[QuestionRecord], since: float, until: float, bucket_s: float) -> list[Point]:
+    """Figures per time bucket from `since` to `until`, empty buckets included (for plots)."""
+    buckets: dict[int, list[QuestionRecord]] = {}
+    for record in records:
+        buckets.setdefault(int((record.asked_at.timestamp() - since) // bucket_s), []).append(record)
+    count = max(1, int((until - since) // bucket_s) + 1)
+    return [Point(start=since + i * bucket_s, **figures(buckets.get(i, [])).model_dump()) for i in range(count)]

