@@ -59,7 +59,8 @@ async function loadStats() {
   if (!f.questions) return ($("stats").textContent = "No questions in the last hour.");
   const ms = (v) => (v === null ? "–" : `${Math.round(v)} ms`);
   const cache = f.cache_hit_ratio === null ? "–" : `${Math.round(100 * f.cache_hit_ratio)} %`;
-  $("stats").textContent = `${f.questions} questions, ${f.answered} answered. First words after ${ms(f.ttft_p50_ms)} ` +
+  const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+  $("stats").textContent = `${plural(f.questions, "question")}, ${f.answered} answered. First words after ${ms(f.ttft_p50_ms)} ` +
     `(median) and at most ${ms(f.ttft_p95_ms)} for 95 in 100. ${cache} of the prompt tokens came from the cache.`;
 }
 
