@@ -24,8 +24,8 @@ test-fp8: setup
 	$(BIN)/pytest -m fp8
 
 lint:
-	$(BIN)/ruff check service tests deploy
-	$(BIN)/ruff format --check service tests deploy
+	$(BIN)/ruff check service tests deploy loadtest
+	$(BIN)/ruff format --check service tests deploy loadtest
 	$(BIN)/mypy
 	shellcheck -x deploy/scripts/*.sh
 
