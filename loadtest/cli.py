@@ -239,3 +239,71 @@ def report_command(
     else:
         out.write_text(text + "\n")
         typer.echo(f"wrote {out}")
+
+
+@app.command("overhead")
+def overhead_command(
+    rate: Annotated[float, typer.Option(help="the constant rate to hold (req/s)")] = 250.0,
+    requests: Annotated[int, typer.Option(help="requests a profile")] = 2500,
+    output_tokens: Annotated[int, typer.Option(help="tokens the fake streams per answer")] = 16,
+    prompt_tokens: int = 64,
+    model_dir: Annotated[Path | None, typer.Option(help="a model folder, for the tokenizer")] = None,
+    out: Annotated[Path | None, typer.Option(help="save as JSON")] = None,
+) -> None:
+    """The client's own overhead against fake_openai: rate held, send lag, CPU per request."""
+    from loadtest.overhead import run_overhead
+
+    results = run_overhead(
+        model_dir or Settings().model.dir,
+        rate=rate,
+        requests=requests,
+        output_tokens=output_tokens,
+        prompt_tokens=prompt_tokens,
+    )
+    for r in results:
+        typer.echo(
+            f"{r.profile}: {r.requests} requests of {r.output_tokens} streamed tokens, "
+            f"{r.achieved_rps:.1f} req/s achieved, "
+            f"errors {r.errors or 'none'}; send lag p50 {r.send_lag_p50_ms:.2f} ms, p99 {r.send_lag_p99_ms:.2f} ms; "
+            f"client CPU {r.client_cpu_ms_per_request:.2f} ms a request; "
+            f"TTFT p50 {r.ttft_p50_ms:.2f} ms (client + fake)"
+        )
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("[\n" + ",\n".join(r.model_dump_json(indent=1) for r in results) + "\n]\n")
+
+
+@app.command("compare")
+def compare_command(
+    runs: Annotated[list[Path], typer.Argument(help="saved runs of both variants (their --variant tells them apart)")],
+    gpu_price: Annotated[float, typer.Option(help="price of one GPU an hour (any currency)")],
+    gpus: Annotated[int, typer.Option(help="GPUs one replica uses")] = 1,
+    agreement: Annotated[list[Path] | None, typer.Option(help="`quality agreement` results")] = None,
+    rubric: Annotated[list[Path] | None, typer.Option(help="`quality rubric` results")] = None,
+    ttft_target_ms: Annotated[float | None, typer.Option(help="default: the runs' own target")] = None,
+    min_top1: Annotated[float, typer.Option(help="quality gate: least top-1 agreement")] = 0.9,
+    max_kl: Annotated[float, typer.Option(help="quality gate: largest mean KL (nats)")] = 0.1,
+    max_score_drop: Annotated[
+        float, typer.Option(help="quality gate: largest drop of the rubric score (real model)")
+    ] = 0.05,
+    out_dir: Path = Path("var/loadtest/compare"),
+) -> None:
+    """One decision report (Markdown + PNG plots) from two variants' saved runs."""
+    from loadtest import compare as decide
+    from loadtest.quality.cli import AgreementResult
+    from loadtest.quality.rubric import RubricResult
+
+    loaded = [(p, RunResult.load(p)) for p in runs]
+    target = ttft_target_ms or loaded[0][1].config.ttft_target_ms
+    report = decide.render(
+        loaded,
+        [AgreementResult.model_validate_json(p.read_text()) for p in agreement or []],
+        [RubricResult.model_validate_json(p.read_text()) for p in rubric or []],
+        price=gpu_price,
+        gpus=gpus,
+        gate=decide.Gate(min_top1, max_kl, max_score_drop),
+        target_ms=target,
+        out_dir=out_dir,
+    )
+    typer.echo(report.read_text())
+    typer.echo(f"wrote {report}")
