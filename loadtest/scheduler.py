@@ -20,11 +20,13 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 from loadtest.client import Target, Timeline
 from loadtest.results import Benchmark, ProfileKind, RequestRecord
 from loadtest.workload import RequestSpec
+
+T = TypeVar("T")
 
 # Requests allowed in flight at once by the profiles that do not bound it themselves.
 DEFAULT_MAX_IN_FLIGHT = 512
@@ -58,9 +60,9 @@ class Profile:
         return offsets
 
 
-def cap(arrivals: list[list[RequestSpec]], max_requests: int) -> list[list[RequestSpec]]:
+def cap(arrivals: list[list[T]], max_requests: int) -> list[list[T]]:
     """The arrivals holding the first `max_requests` requests (a burst is cut, not dropped)."""
-    out: list[list[RequestSpec]] = []
+    out: list[list[T]] = []
     left = max_requests
     for arrival in arrivals:
         if left <= 0:

@@ -100,7 +100,7 @@ def agreement_command(
     candidate: Annotated[str, typer.Option(help="the other variant's /v1 URL (FP8)")],
     candidate_name: str = "fp8",
     model_dir: Annotated[Path | None, typer.Option(help="the original's folder (tokenizer, manifest)")] = None,
-    answer_tokens: Annotated[int, typer.Option(help="greedy tokens the original writes after each prompt")] = 64,
+    answer_tokens: Annotated[int, typer.Option(help="tokens the original writes after each prompt")] = 64,
     k: Annotated[int, typer.Option(help="top-k logprobs compared (vLLM's --max-logprobs is 20 by default)")] = 10,
     out: Annotated[Path | None, typer.Option(help="save as JSON")] = None,
 ) -> None:
@@ -120,10 +120,9 @@ def agreement_command(
             for passage in rubrics.passages:
                 for q in passage.questions:
                     prompt_ids = prompts.tokenizer.chat_ids(prompts.messages(passage.title, passage.text, q.question))
-                    ids = prompt_ids + await generate(a, model, prompt_ids, answer_tokens)
+                    ids = prompt_ids + await generate(a, model, prompt_ids, answer_tokens, seed=len(per_prompt))
                     ref, other = await score(a, model, ids, k), await score(b, model, ids, k)
-                    start = len(prompt_ids)  # the positions of the continuation
-                    per_prompt.append(compare_positions(ref[start:], other[start:]))
+                    per_prompt.append(compare_positions(ref[1:], other[1:]))  # position 0 has no prediction
         return per_prompt
 
     per_prompt = asyncio.run(measure())

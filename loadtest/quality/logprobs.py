@@ -2,10 +2,12 @@
 logprobs. Meaningful on the stand-in too: both variants carry the same random weights, so how far FP8
 moves the next-token distribution is a property of the quantization, not of the words.
 
-How: for each bundled prompt (the service's layout: passage, then question), the original writes a greedy
-continuation of `answer_tokens` tokens. Prompt + continuation, as token ids, are then sent to both servers
-for scoring only (completions with `prompt_logprobs=k`, one new token), so both are judged at the same
-positions on the same context (teacher forcing). Over the continuation's positions:
+How: for each bundled prompt (the service's layout: passage, then question), the original writes a
+continuation of `answer_tokens` tokens, sampled (temperature 1, a fixed seed): the stand-in's greedy text
+is one token repeated, which would make agreement trivially high. Prompt + continuation, as token ids, are
+then sent to both servers for scoring only (completions with `prompt_logprobs=k`, one new token), so both
+are judged at the same positions on the same context (teacher forcing). Over every position of the
+sequence after the first (the passage, the question and the continuation):
 
 - top-1 agreement: the share of positions where both variants' most likely next token is the same;
 - KL(original || FP8) over the top k: at each position, over the original's k most likely tokens, both
@@ -84,15 +86,16 @@ def parse_prompt_logprobs(entries: list[dict[str, dict[str, float | int | str]] 
     return out
 
 
-async def generate(client: httpx.AsyncClient, model: str, prompt_ids: list[int], tokens: int) -> list[int]:
-    """The greedy continuation's token ids (ignore_eos: always `tokens` of them)."""
+async def generate(client: httpx.AsyncClient, model: str, prompt_ids: list[int], tokens: int, seed: int) -> list[int]:
+    """A sampled continuation's token ids (ignore_eos: always `tokens` of them)."""
     body = {
         "model": model,
         "prompt": prompt_ids,
         "max_tokens": tokens,
         "min_tokens": tokens,
         "ignore_eos": True,
-        "temperature": 0,
+        "temperature": 1.0,
+        "seed": seed,
         "return_token_ids": True,
     }
     response = await client.post("/completions", json=body)
