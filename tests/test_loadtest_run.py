@@ -71,7 +71,8 @@ def test_classroom_on_vllm_reports_the_cached_ratio_per_class(tmp_path: Path, vl
     block = vllm.block_size()
     saved = run(
         tmp_path, "classroom", *vllm_args(vllm, model_dir), "--workload", "classroom", "--profile", "constant",
-        "--rate", "4", "--classes", "2", "--pupils", "3", "--passage-tokens", "300", "--trickle", "1", "--requests", "8",
+        "--rate", "4", "--classes", "2", "--pupils", "3", "--passage-tokens", "300", "--trickle", "1",
+        "--requests", "8",
     )  # fmt: skip
     [bench] = saved.benchmarks
     assert len(bench.requests) == 8 and all(r.ok for r in bench.requests)

@@ -11,23 +11,19 @@ from pydantic import BaseModel
 from loadtest.quality import lmeval
 from loadtest.quality.logprobs import Agreement, PositionStats, compare_positions, generate, score, summarize
 from loadtest.quality.rubric import STANDIN_WARNING, RubricResult, Scorer, load_rubrics
+from loadtest.workload import class_prompts
 from service.model.prepare import read_manifest
+from service.prompting import Prompts
 from service.settings import Settings
 
 quality_app = typer.Typer(help="Quality: rubric scores, original-vs-FP8 agreement, lm-eval.", no_args_is_help=True)
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 
-def _prompts(model_dir: Path | None):  # type: ignore[no-untyped-def]
-    from service.services import build_prompts
-
+def _prompts(model_dir: Path | None) -> tuple[Settings, Path, Prompts]:
     settings = Settings()
     folder = model_dir or settings.model.dir
-    return (
-        settings,
-        folder,
-        build_prompts(settings.model_copy(update={"model": settings.model.model_copy(update={"dir": folder})})),
-    )
+    return settings, folder, class_prompts(settings, folder)
 
 
 @quality_app.command("rubric")
@@ -112,7 +108,7 @@ def agreement_command(
     model = settings.backend.served_model_name
 
     async def measure() -> list[list[PositionStats]]:
-        per_prompt = []
+        per_prompt: list[list[PositionStats]] = []
         async with (
             httpx.AsyncClient(base_url=original, timeout=TIMEOUT) as a,
             httpx.AsyncClient(base_url=candidate, timeout=TIMEOUT) as b,
