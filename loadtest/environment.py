@@ -15,7 +15,8 @@ import httpx
 from loadtest.results import Environment, ModelInfo
 from service.model.prepare import read_manifest
 
-CLIENT_PACKAGES = ("classroom-assistant", "httpx", "numpy", "pydantic", "tokenizers", "openai")
+# vllm and torch where the client runs in the server's environment (the GPU machine: one interpreter).
+CLIENT_PACKAGES = ("classroom-assistant", "httpx", "numpy", "pydantic", "tokenizers", "openai", "vllm", "torch")
 
 
 def cpu_model() -> str:
