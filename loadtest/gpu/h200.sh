@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU runs behind loadtest/results/gpu-h200/: on the lent H200 after ../shared/gpu's three staging
+# Written for, and not yet run on, the lent H200 (the device tool carries the main checkout, so it runs
+# once this branch is merged). What it does: on the H200 after ../shared/gpu's three staging
 # commands (vLLM 0.26 in /tmp/site), from the repository root. Results go to $OUT (the device tool's).
 #   bash loadtest/gpu/h200.sh prepare     1.5B stand-in, its FP8_DYNAMIC copy, both served (0.4 of the GPU
 #                                         each), quality agreement and rubric on both
