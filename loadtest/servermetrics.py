@@ -5,11 +5,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from loadtest.results import CacheCounters
 
+# Sample names (not family names: how a family is named depends on its TYPE line).
 COUNTERS = {
-    "vllm:prefix_cache_queries": "queries",
-    "vllm:prefix_cache_hits": "hits",
-    "vllm:prompt_tokens": "prompt_tokens",
-    "vllm:generation_tokens": "generation_tokens",
+    "vllm:prefix_cache_queries_total": "queries",
+    "vllm:prefix_cache_hits_total": "hits",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:generation_tokens_total": "generation_tokens",
 }
 
 
@@ -21,11 +22,8 @@ def root_of(base_url: str) -> str:
 def parse_counters(text: str) -> CacheCounters:
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        field = COUNTERS.get(family.name)
-        if field is None:
-            continue
-        for sample in family.samples:
-            if sample.name.endswith("_total"):  # not the _created timestamps
+        for sample in family.samples:  # one per engine; the _created timestamps have other names
+            if (field := COUNTERS.get(sample.name)) is not None:
                 totals[field] = totals.get(field, 0.0) + sample.value
     return CacheCounters.model_validate(totals)
 

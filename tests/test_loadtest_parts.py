@@ -17,6 +17,7 @@ from loadtest.quality.logprobs import Agreement, compare_positions, kl_over_topk
 from loadtest.quality.rubric import Scorer, load_rubrics
 from loadtest.results import Benchmark, Environment, ModelInfo, RequestRecord, RunConfig, RunResult, WorkloadInfo
 from loadtest.scheduler import Profile, cap, run_profile
+from loadtest.servermetrics import parse_counters, root_of
 from loadtest.workload import class_prompts, classroom, seed_workload, synthetic
 from service.prompting import Prompts
 from service.settings import Settings
@@ -244,3 +245,21 @@ def test_the_client_drives_fake_openai_and_records_every_request(model_dir: Path
     assert len(bench.requests) == 40 and all(r.ok for r in bench.requests)
     assert all(len(r.token_times) == 5 and r.output_tokens == 5 for r in bench.requests)
     assert [r.index for r in bench.requests] == list(range(40))
+
+
+def test_cache_counters_sum_engines_and_skip_created_timestamps() -> None:
+    text = "\n".join(
+        [
+            "# TYPE vllm:prefix_cache_queries_total counter",
+            'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0',
+            'vllm:prefix_cache_queries_total{engine="1",model_name="m"} 500.0',
+            'vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.7e9',
+            "# TYPE vllm:prefix_cache_hits counter",
+            'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 768.0',
+            "# TYPE vllm:num_requests_running gauge",
+            'vllm:num_requests_running{engine="0",model_name="m"} 3.0',
+        ]
+    )
+    counters = parse_counters(text + "\n")
+    assert (counters.queries, counters.hits, counters.prompt_tokens) == (1500.0, 768.0, None)
+    assert root_of("http://127.0.0.1:8100/v1") == "http://127.0.0.1:8100"
