@@ -9,6 +9,9 @@ neither passes.
 - Acceptable requests per GPU-hour = goodput (req/s) x 3600 / GPUs the replica uses; 0 at a level that
   misses the target or for a variant that fails the gate.
 - Cost per acceptable request = GPU price per hour x GPUs / (goodput x 3600).
+- The sentence names the passing variant with the lower cost per acceptable request at its best level;
+  costs within 5% of each other (the load tester's own agreement with vLLM's bench) are a tie, and a tie
+  goes to the original (no quantization risk).
 - Quality gate: the original is the reference and passes; another variant passes when its top-1 agreement
   with the original is at least --min-top1 and its mean KL at most --max-kl (quality agreement), and,
   where rubric scores of the real checkpoint are given, its mean score is within --max-score-drop of the
@@ -27,6 +30,8 @@ from loadtest.results import Benchmark, RunResult
 from loadtest.stats import Figures, figures
 
 REFERENCE = "original"
+# Costs closer than this are a tie: the agreement benchmark holds our figures to 5% of vLLM's own.
+TIE = 0.05
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,10 @@ def levels_of(
     return out
 
 
+def _cost(level: Level) -> float:
+    return level.cost_per_acceptable if level.cost_per_acceptable is not None else float("inf")
+
+
 def decision(levels: list[Level], qualities: dict[str, VariantQuality], target_ms: float) -> str:
     best: dict[str, Level] = {}
     for level in levels:
@@ -107,8 +116,17 @@ def decision(levels: list[Level], qualities: dict[str, VariantQuality], target_m
             for v, q in qualities.items()
         )
         return f"**Neither variant passes**, so roll out neither: {failing}."
-    winner = min(best.values(), key=lambda lv: lv.cost_per_acceptable or float("inf"))
+    winner = min(best.values(), key=_cost)
     others = [lv for v, lv in best.items() if v != winner.variant]
+    if REFERENCE in best and others:
+        ref, alt = best[REFERENCE], min((lv for v, lv in best.items() if v != REFERENCE), key=_cost)
+        if abs(_cost(alt) / _cost(ref) - 1) < TIE:  # within the measurement's own error: no reason to quantize
+            return (
+                f"**Roll out {REFERENCE}**: both pass, and {alt.variant} is not cheaper by more than {TIE:.0%} "
+                f"(the measurement's own error): {_cost(alt) * 1000:.4f} against {_cost(ref) * 1000:.4f} per 1,000 "
+                f"acceptable answers at their best levels ({alt.label}; {ref.label}), so the original keeps its "
+                "quality without a quantization risk."
+            )
     against = (
         f" against {others[0].cost_per_acceptable * 1000:.4f} for {others[0].variant} (best level {others[0].label})"
         if others and others[0].cost_per_acceptable

@@ -142,7 +142,7 @@ def test_lm_eval_says_plainly_when_its_datasets_cannot_be_fetched(monkeypatch: p
     assert "base_url=http://h:1/v1/completions" in args[args.index("--model_args") + 1]
 
 
-def _run(variant: str, ttfts: list[float], kind: str = "standin") -> RunResult:
+def _run(variant: str, ttfts: list[float], kind: str = "standin", duration: float | None = None) -> RunResult:
     records = [
         RequestRecord(
             index=i,
@@ -156,7 +156,12 @@ def _run(variant: str, ttfts: list[float], kind: str = "standin") -> RunResult:
         for i, t in enumerate(ttfts)
     ]
     bench = Benchmark(
-        profile="constant", rate=1.0, started_wall=0, duration_s=len(ttfts), requests=records, client_cpu_s=0
+        profile="constant",
+        rate=1.0,
+        started_wall=0,
+        duration_s=duration or len(ttfts),
+        requests=records,
+        client_cpu_s=0,
     )
     return RunResult(
         created="now",
@@ -200,7 +205,7 @@ def test_the_decision_names_the_cheaper_passing_variant_or_neither(tmp_path: Pat
         runs, [_agreement(0.97, 0.02)], [], price=4.0, gpus=1, gate=gate, target_ms=500, out_dir=tmp_path / "a"
     )
     text = both_meet.read_text()
-    assert "**Roll out" in text  # equal goodput: the same cost, either may be named
+    assert "**Roll out original**" in text and "not cheaper by more than 5%" in text  # equal cost: a tie
     assert (tmp_path / "a" / "latency-cdf.png").stat().st_size > 0 and (tmp_path / "a" / "rate.png").is_file()
     # 10 requests in 10 s meet the target: 1 req/s = 3,600 acceptable an hour; 4.0 an hour -> 1.1111 per 1,000.
     assert "| 3,600 | 1.1111 |" in text
@@ -208,6 +213,14 @@ def test_the_decision_names_the_cheaper_passing_variant_or_neither(tmp_path: Pat
         runs, [_agreement(0.5, 0.9)], [], price=4.0, gpus=1, gate=gate, target_ms=500, out_dir=tmp_path / "b"
     )
     assert "**Roll out original**" in fails_quality.read_text() and "**fails**" in fails_quality.read_text()
+    cheaper = [
+        (tmp_path / "o.json", _run("original", [0.2] * 10)),
+        (tmp_path / "f.json", _run("fp8", [0.1] * 10, duration=8)),
+    ]
+    fp8 = compare.render(
+        cheaper, [_agreement(0.97, 0.02)], [], price=4.0, gpus=1, gate=gate, target_ms=500, out_dir=tmp_path / "d"
+    )
+    assert "**Roll out fp8**" in fp8.read_text()  # 1.25 req/s against 1: 20% cheaper an answer
     slow = [(tmp_path / "o.json", _run("original", [0.9] * 10)), (tmp_path / "f.json", _run("fp8", [0.8] * 10))]
     neither = compare.render(
         slow, [_agreement(0.97, 0.02)], [], price=4.0, gpus=1, gate=gate, target_ms=500, out_dir=tmp_path / "c"
