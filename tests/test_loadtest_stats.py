@@ -68,18 +68,19 @@ def test_throughput_goodput_and_the_target() -> None:
         request(1, 0.5, [0.8, 0.9, 1.0]),  # 300 ms
         request(2, 1.0, [1.6, 1.7, 1.8]),  # 600 ms: misses a 500 ms target
         request(3, 1.5, [], error="timeout"),
+        request(4, 1.6, [], output=64, error="no_token"),  # 64 tokens that decoded to no text
     ]
     f = figures(bench(records, duration=2.0, cpu=0.04), ttft_target_ms=500)
-    assert (f.requests, f.completed) == (4, 3)
-    assert f.errors == {"timeout": 1}
+    assert (f.requests, f.completed) == (5, 3)
+    assert f.errors == {"empty_answer": 1, "timeout": 1}
     assert f.request_throughput == pytest.approx(3 / 2.0)
     assert f.output_throughput == pytest.approx(9 / 2.0)
     assert f.goodput == pytest.approx(2 / 2.0)
-    assert f.goodput_fraction == pytest.approx(2 / 4)
+    assert f.goodput_fraction == pytest.approx(2 / 5)
     assert f.ttft_ms.p50 == pytest.approx(300.0)
     assert f.p95_ttft_all_ms == math.inf  # the failed request counts as never answering
     assert not f.meets_target
-    assert f.client_cpu_ms_per_request == pytest.approx(10.0)
+    assert f.client_cpu_ms_per_request == pytest.approx(40 / 5)
 
 
 def test_p95_over_all_requests_meets_the_target_when_failures_are_rare_enough() -> None:
