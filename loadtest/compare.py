@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from loadtest import plots
 from loadtest.quality.cli import AgreementResult
 from loadtest.quality.rubric import RubricResult
-from loadtest.results import Benchmark, RunResult
+from loadtest.results import RunResult
 from loadtest.stats import Figures, figures
 
 REFERENCE = "original"
@@ -187,14 +187,13 @@ def render(
             f"{tpot} | {f.request_throughput:.2f} | {f.goodput:.2f} | {lv.acceptable_per_gpu_hour:,.0f} | {cost} |"
         )
     lines += ["", "## Plots", ""]
-    by_variant: dict[str, list[Benchmark]] = {
-        v: [b for _, r in runs if r.config.variant == v for b in r.benchmarks] for v in variants
-    }
-    lines.append(f"![latency CDFs]({plots.latency_cdfs(by_variant, out_dir / 'latency-cdf.png').name})")
-    per_variant = {v: [lv.figures for lv in levels if lv.variant == v] for v in variants}
-    lines.append(
-        f"![TTFT and throughput against rate]({plots.against_rate(per_variant, target_ms, out_dir / 'rate.png').name})"
-    )
+    cdfs = {f"{r.config.variant} {r.workload.kind}: {b.label}": b for _, r in runs for b in r.benchmarks}
+    lines.append(f"![latency CDFs]({plots.latency_cdfs(cdfs, out_dir / 'latency-cdf.png').name})")
+    series: dict[str, list[Figures]] = {}
+    for lv in levels:  # a line per variant and workload: rates of different workloads do not compare
+        series.setdefault(f"{lv.variant} {lv.label.split(':')[0]}", []).append(lv.figures)
+    rate_plot = plots.against_rate(series, target_ms, out_dir / "rate.png")
+    lines.append(f"![TTFT and throughput against rate]({rate_plot.name})")
     ratios = {
         v: {
             f"{lv.label} {g}": c.ratio

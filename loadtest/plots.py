@@ -16,21 +16,16 @@ from loadtest.stats import Figures, e2e, ttft  # noqa: E402
 DPI = 110
 
 
-def latency_cdfs(levels: dict[str, list[Benchmark]], path: Path) -> Path:
-    """For each variant and level, the share of requests answered within t: TTFT and E2E."""
+def latency_cdfs(levels: dict[str, Benchmark], path: Path) -> Path:
+    """For each level (keyed by its legend: variant, workload, profile), the share of requests answered
+    within t: TTFT and E2E."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for variant, benches in levels.items():
-        for bench in benches:
-            ok = [r for r in bench.requests if r.ok]
-            for ax, fn in zip(axes, (ttft, e2e), strict=True):
-                values = np.sort([v * 1000 for r in ok if (v := fn(r)) is not None])
-                if len(values):
-                    ax.step(
-                        values,
-                        np.arange(1, len(values) + 1) / len(values),
-                        where="post",
-                        label=f"{variant}: {bench.label}",
-                    )
+    for label, bench in levels.items():
+        ok = [r for r in bench.requests if r.ok]
+        for ax, fn in zip(axes, (ttft, e2e), strict=True):
+            values = np.sort([v * 1000 for r in ok if (v := fn(r)) is not None])
+            if len(values):
+                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", label=label)
     for ax, name in zip(axes, ("TTFT", "end-to-end latency"), strict=True):
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylabel("share of requests")
@@ -46,6 +41,7 @@ def _x(f: Figures) -> float:
 
 
 def against_rate(figures: dict[str, list[Figures]], ttft_target_ms: float, path: Path) -> Path:
+    """One line per series (a variant on one workload) over its load levels."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for variant, levels in figures.items():
         ordered = sorted(levels, key=_x)
