@@ -24,8 +24,8 @@ test-fp8: setup
 	$(BIN)/pytest -m fp8
 
 lint:
-	$(BIN)/ruff check service tests deploy benchmarks
-	$(BIN)/ruff format --check service tests deploy benchmarks
+	$(BIN)/ruff check service tests deploy benchmarks loadtest
+	$(BIN)/ruff format --check service tests deploy benchmarks loadtest
 	$(BIN)/mypy
 	shellcheck -x deploy/scripts/*.sh
 

@@ -7,6 +7,7 @@ from typing import Annotated, get_args
 import typer
 import uvicorn
 
+from loadtest.cli import app as loadtest_app
 from service import capacity as cap
 from service.accounts import add_teacher
 from service.backend import server as vllm_server
@@ -31,6 +32,7 @@ app.add_typer(backends_app, name="backends")
 app.add_typer(model_app, name="model")
 app.add_typer(backend_app, name="backend")
 app.add_typer(teacher_app, name="teacher")
+app.add_typer(loadtest_app, name="loadtest")
 
 SIZES = get_args(StandinSize)
 

@@ -53,6 +53,10 @@ class ModelTokenizer:
     def encode(self, text: str) -> list[int]:
         return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
+    def vocabulary(self) -> list[str]:
+        """The tokens' own spellings (byte-level: a leading space is written "Ġ")."""
+        return list(self._tokenizer.get_vocab())
+
     def count(self, text: str) -> int:
         return len(self.encode(text))
 

@@ -1,0 +1,307 @@
+"""`classroom loadtest ...` (or `python -m loadtest ...`): run load, render reports, compare variants,
+measure the client's overhead, and the quality checks (quality/)."""
+
+import asyncio
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+from loadtest import report as reports
+from loadtest.client import PupilApiTarget, Target, VllmTarget
+from loadtest.environment import environment, model_info
+from loadtest.quality.cli import quality_app
+from loadtest.results import RunConfig, RunResult, WorkloadInfo
+from loadtest.runner import SweepPlan, run
+from loadtest.scheduler import Profile
+from loadtest.workload import Workload, class_prompts, classroom, seed_workload, synthetic
+from service.settings import Settings
+
+app = typer.Typer(help="The pre-rollout load test: latency, quality and cost of a variant.", no_args_is_help=True)
+app.add_typer(quality_app, name="quality")
+
+ProfileName = Literal["synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"]
+WorkloadName = Literal["synthetic", "classroom", "seed"]
+DEFAULT_RUNS = Path("var/loadtest")
+
+
+def _profile(name: str, rate: float | None, streams: int | None, steps: int) -> Profile | SweepPlan:
+    if name == "sweep":
+        return SweepPlan(steps=steps)
+    if name in ("constant", "poisson"):
+        if not rate or rate <= 0:
+            raise typer.BadParameter(f"{name} needs --rate R (requests a second)", param_hint="--rate")
+        return Profile(name, rate=rate)  # type: ignore[arg-type]
+    if name == "concurrent":
+        if not streams or streams <= 0:
+            raise typer.BadParameter("concurrent needs --streams N", param_hint="--streams")
+        return Profile("concurrent", streams=streams)
+    if name in ("synchronous", "throughput"):
+        return Profile(name, streams=streams)  # type: ignore[arg-type]
+    raise typer.BadParameter("synchronous, concurrent, throughput, constant, poisson or sweep", param_hint="--profile")
+
+
+@app.command("run")
+def run_command(
+    target: Annotated[str, typer.Option(help="vllm: its OpenAI API directly; service: the pupil API")] = "vllm",
+    url: Annotated[
+        str | None, typer.Option(help="vLLM's /v1 URL or the service's root (default: the settings')")
+    ] = None,
+    workload: Annotated[str, typer.Option(help="synthetic, classroom or seed")] = "synthetic",
+    profile: Annotated[
+        str, typer.Option(help="synchronous, concurrent, throughput, constant, poisson, sweep")
+    ] = "synchronous",
+    rate: Annotated[float | None, typer.Option(help="requests a second (constant, poisson)")] = None,
+    streams: Annotated[int | None, typer.Option(help="requests in flight (concurrent; a bound for the others)")] = None,
+    sweep_steps: Annotated[int, typer.Option(help="constant rates between synchronous and throughput")] = 3,
+    prompt_tokens: Annotated[int, typer.Option(help="synthetic: tokens of each prompt after the chat template")] = 256,
+    output_tokens: Annotated[
+        int | None, typer.Option(help="tokens of each answer (default: the service's answer budget)")
+    ] = None,
+    classes: Annotated[int, typer.Option(help="classroom: classes")] = 2,
+    pupils: Annotated[int, typer.Option(help="classroom: pupils a class (each asks in the burst)")] = 10,
+    passage_tokens: Annotated[int, typer.Option(help="classroom: tokens of each class's passage")] = 1000,
+    trickle: Annotated[int, typer.Option(help="classroom: single questions a class after its burst")] = 5,
+    prime: Annotated[
+        bool, typer.Option(help="classroom on vLLM: send each passage once first, as the service's warm-up does")
+    ] = True,
+    requests: Annotated[int, typer.Option(help="request cap of each load level (what stops a run)")] = 100,
+    max_seconds: Annotated[
+        float, typer.Option(help="safety net: requests still running then are cut and counted")
+    ] = 600.0,
+    warmup: Annotated[int, typer.Option(help="warm-up requests on other prompts, not counted")] = 2,
+    seed: Annotated[int | None, typer.Option(help="seed of prompts and arrivals (default: a new one each run)")] = None,
+    ttft_target_ms: Annotated[float, typer.Option(help="the p95 TTFT a class accepts")] = 1000.0,
+    variant: Annotated[str, typer.Option(help="the deployment's name in reports (original, fp8, ...)")] = "original",
+    model_dir: Annotated[Path | None, typer.Option(help="the served model's folder: tokenizer and manifest")] = None,
+    metrics_url: Annotated[
+        list[str] | None, typer.Option(help="vLLM /v1 URLs whose cache counters to read (service target)")
+    ] = None,
+    teacher_email: Annotated[
+        str | None, typer.Option(help="service: an existing teacher (password in $CLASSROOM_LOADTEST_TEACHER_PASSWORD)")
+    ] = None,
+    settle_s: Annotated[float, typer.Option(help="wait before reading /metrics after a run (it lags)")] = 1.0,
+    out: Annotated[Path | None, typer.Option(help="where to save the results JSON")] = None,
+) -> None:
+    """Send a workload under a load profile; save every request's timeline; print the report."""
+    settings = Settings()
+    if target not in ("vllm", "service"):
+        raise typer.BadParameter("vllm or service", param_hint="--target")
+    if workload not in ("synthetic", "classroom", "seed"):
+        raise typer.BadParameter("synthetic, classroom or seed", param_hint="--workload")
+    if target == "service" and workload == "synthetic":
+        raise typer.BadParameter("the pupil API builds its own prompts: use classroom or seed", param_hint="--workload")
+    plan = _profile(profile, rate, streams, sweep_steps)
+    seed = seed if seed is not None else secrets.randbelow(2**31)
+    folder = model_dir or settings.model.dir
+    prompts = class_prompts(settings, folder)
+    answer_tokens = output_tokens or settings.answer.max_tokens
+    notes: list[str] = []
+
+    def make(run_seed: int) -> Workload:
+        if workload == "synthetic":
+            return synthetic(
+                prompts.tokenizer,
+                prompt_tokens=prompt_tokens,
+                output_tokens=answer_tokens,
+                requests=requests,
+                warmup=warmup,
+                seed=run_seed,
+            )
+        if workload == "classroom":
+            return classroom(
+                prompts,
+                classes=classes,
+                pupils=pupils,
+                passage_tokens=passage_tokens,
+                trickle_per_class=trickle,
+                output_tokens=answer_tokens,
+                temperature=settings.answer.temperature,
+                warmup=warmup,
+                seed=run_seed,
+            )
+        return seed_workload(prompts, output_tokens=answer_tokens, temperature=settings.answer.temperature)
+
+    sample = make(seed)
+    base = url or (settings.backend.base_url if target == "vllm" else f"http://{settings.api.host}:{settings.api.port}")
+    cache_urls = [base] if target == "vllm" else (metrics_url or [settings.backend.base_url])
+    connections = max(64, streams or 0, max(len(a) for a in sample.arrivals))
+    chosen: Target
+    if target == "vllm":
+        chosen = VllmTarget(
+            base, settings.backend.served_model_name, connections, settings.backend.api_key.get_secret_value()
+        )
+    else:
+        email, password = _teacher(settings, teacher_email)
+        chosen = PupilApiTarget(base, connections, email, password)
+        limit = settings.limits.questions_per_minute
+        notes.append(
+            f"through the service: answers of CLASSROOM_ANSWER__MAX_TOKENS={settings.answer.max_tokens} tokens, "
+            f"rate limit CLASSROOM_LIMITS__QUESTIONS_PER_MINUTE={limit} a pupil as this environment sets it "
+            "(raise it for load tests: a refused question counts as an error here)"
+        )
+        if workload == "classroom" and output_tokens not in (None, settings.answer.max_tokens):
+            notes.append("--output-tokens is ignored through the service: its answer budget applies")
+    info = WorkloadInfo(
+        kind=sample.kind,
+        prompt_tokens=sample.prompt_tokens,
+        output_tokens=settings.answer.max_tokens if target == "service" else answer_tokens,
+        ignore_eos=sample.ignore_eos and target == "vllm",
+        temperature=sample.temperature,
+        classes=sample.class_infos(),
+        trickle_per_class=sample.trickle_per_class,
+        primed_passages=workload == "classroom" and (prime or target == "service"),
+    )
+    if target == "service" and workload == "classroom":
+        notes.append("passages warmed by the service itself when added (routing.warmup), as in class")
+    config = RunConfig(
+        target=target,
+        url=base,
+        variant=variant,
+        seed=seed,
+        warmup_requests=len(sample.warmup),
+        max_requests=requests,
+        max_seconds=max_seconds,
+        ttft_target_ms=ttft_target_ms,
+        settle_s=settle_s,
+        notes=notes,
+    )
+    made = iter([sample])
+
+    def workloads(run_seed: int) -> Workload:
+        return next(made, None) or make(run_seed)
+
+    result = asyncio.run(
+        _run(chosen, workloads, plan, config, info, prompts_dir=folder, cache_urls=cache_urls, settings=settings)
+    )
+    path = out or DEFAULT_RUNS / f"{time.strftime('%Y%m%d-%H%M%S')}-{variant}-{workload}-{profile}.json"
+    result.save(path)
+    typer.echo(reports.render(result))
+    typer.echo(f"saved {path}")
+
+
+async def _run(
+    target: Target,
+    make: Callable[[int], Workload],
+    plan: Profile | SweepPlan,
+    config: RunConfig,
+    info: WorkloadInfo,
+    *,
+    prompts_dir: Path,
+    cache_urls: list[str],
+    settings: Settings,
+) -> RunResult:
+    try:
+        return await run(
+            target,
+            make,
+            plan,
+            config,
+            workload_info=info,
+            model=model_info(prompts_dir, cache_urls[0], settings.backend.served_model_name),
+            environment=environment(settings.backend.venv),
+            cache_urls=cache_urls,
+        )
+    finally:
+        await target.close()
+
+
+def _teacher(settings: Settings, email: str | None) -> tuple[str, str]:
+    import os
+
+    if email is not None:
+        password = os.environ.get("CLASSROOM_LOADTEST_TEACHER_PASSWORD")
+        if not password:
+            raise typer.BadParameter("set CLASSROOM_LOADTEST_TEACHER_PASSWORD", param_hint="--teacher-email")
+        return email, password
+    from service.accounts import add_teacher  # reaches the service's Redis, as `classroom teacher add` does
+
+    email, password = f"loadtest-{uuid.uuid4().hex[:10]}@loadtest.invalid", secrets.token_urlsafe(16)
+    asyncio.run(add_teacher(settings, email, "Load test", password))
+    return email, password
+
+
+@app.command("report")
+def report_command(
+    results: Annotated[list[Path], typer.Argument(help="saved results JSON")],
+    out: Annotated[Path | None, typer.Option(help="write the Markdown here (default: print it)")] = None,
+) -> None:
+    """Render the report of saved runs again, from their JSON alone."""
+    text = "\n\n".join(reports.render(RunResult.load(path)) for path in results)
+    if out is None:
+        typer.echo(text)
+    else:
+        out.write_text(text + "\n")
+        typer.echo(f"wrote {out}")
+
+
+@app.command("overhead")
+def overhead_command(
+    rate: Annotated[float, typer.Option(help="the constant rate to hold (req/s)")] = 250.0,
+    requests: Annotated[int, typer.Option(help="requests a profile")] = 2500,
+    output_tokens: Annotated[int, typer.Option(help="tokens the fake streams per answer")] = 16,
+    prompt_tokens: int = 64,
+    model_dir: Annotated[Path | None, typer.Option(help="a model folder, for the tokenizer")] = None,
+    out: Annotated[Path | None, typer.Option(help="save as JSON")] = None,
+) -> None:
+    """The client's own overhead against fake_openai: rate held, send lag, CPU per request."""
+    from loadtest.overhead import run_overhead
+
+    results = run_overhead(
+        model_dir or Settings().model.dir,
+        rate=rate,
+        requests=requests,
+        output_tokens=output_tokens,
+        prompt_tokens=prompt_tokens,
+    )
+    for r in results:
+        typer.echo(
+            f"{r.profile}: {r.requests} requests of {r.output_tokens} streamed tokens, "
+            f"{r.achieved_rps:.1f} req/s achieved, "
+            f"errors {r.errors or 'none'}; send lag p50 {r.send_lag_p50_ms:.2f} ms, p99 {r.send_lag_p99_ms:.2f} ms; "
+            f"client CPU {r.client_cpu_ms_per_request:.2f} ms a request; "
+            f"TTFT p50 {r.ttft_p50_ms:.2f} ms (client + fake)"
+        )
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("[\n" + ",\n".join(r.model_dump_json(indent=1) for r in results) + "\n]\n")
+
+
+@app.command("compare")
+def compare_command(
+    runs: Annotated[list[Path], typer.Argument(help="saved runs of both variants (their --variant tells them apart)")],
+    gpu_price: Annotated[float, typer.Option(help="price of one GPU an hour (any currency)")],
+    gpus: Annotated[int, typer.Option(help="GPUs one replica uses")] = 1,
+    agreement: Annotated[list[Path] | None, typer.Option(help="`quality agreement` results")] = None,
+    rubric: Annotated[list[Path] | None, typer.Option(help="`quality rubric` results")] = None,
+    ttft_target_ms: Annotated[float | None, typer.Option(help="default: the runs' own target")] = None,
+    min_top1: Annotated[float, typer.Option(help="quality gate: least top-1 agreement")] = 0.9,
+    max_kl: Annotated[float, typer.Option(help="quality gate: largest mean KL (nats)")] = 0.1,
+    max_score_drop: Annotated[
+        float, typer.Option(help="quality gate: largest drop of the rubric score (real model)")
+    ] = 0.05,
+    out_dir: Path = Path("var/loadtest/compare"),
+) -> None:
+    """One decision report (Markdown + PNG plots) from two variants' saved runs."""
+    from loadtest import compare as decide
+    from loadtest.quality.cli import AgreementResult
+    from loadtest.quality.rubric import RubricResult
+
+    loaded = [(p, RunResult.load(p)) for p in runs]
+    target = ttft_target_ms or loaded[0][1].config.ttft_target_ms
+    report = decide.render(
+        loaded,
+        [AgreementResult.model_validate_json(p.read_text()) for p in agreement or []],
+        [RubricResult.model_validate_json(p.read_text()) for p in rubric or []],
+        price=gpu_price,
+        gpus=gpus,
+        gate=decide.Gate(min_top1, max_kl, max_score_drop),
+        target_ms=target,
+        out_dir=out_dir,
+    )
+    typer.echo(report.read_text())
+    typer.echo(f"wrote {report}")

@@ -1,0 +1,85 @@
+"""The decision report's PNG plots (matplotlib, no display): latency CDFs, TTFT and throughput against
+rate, cached-token ratio per class. Each takes figures already computed from saved results."""
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on servers or in CI
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from loadtest.results import Benchmark  # noqa: E402
+from loadtest.stats import Figures, e2e, ttft  # noqa: E402
+
+DPI = 110
+
+
+def latency_cdfs(levels: dict[str, Benchmark], path: Path) -> Path:
+    """For each level (keyed by its legend: variant, workload, profile), the share of requests answered
+    within t: TTFT and E2E."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for label, bench in levels.items():
+        ok = [r for r in bench.requests if r.ok]
+        for ax, fn in zip(axes, (ttft, e2e), strict=True):
+            values = np.sort([v * 1000 for r in ok if (v := fn(r)) is not None])
+            if len(values):
+                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", label=label)
+    for ax, name in zip(axes, ("TTFT", "end-to-end latency"), strict=True):
+        ax.set_xlabel(f"{name} (ms)")
+        ax.set_ylabel("share of requests")
+        ax.set_title(f"{name}, cumulative")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, loc="lower right")
+    return _save(fig, path)
+
+
+def _x(f: Figures) -> float:
+    """A level's rate: the offered rate of constant/poisson, else the rate it achieved."""
+    return f.rate if f.rate is not None else f.request_throughput
+
+
+def against_rate(figures: dict[str, list[Figures]], ttft_target_ms: float, path: Path) -> Path:
+    """One line per series (a variant on one workload) over its load levels."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for variant, levels in figures.items():
+        ordered = sorted(levels, key=_x)
+        xs = [_x(f) for f in ordered]
+        left.plot(xs, [f.ttft_ms.p50 for f in ordered], "o--", label=f"{variant} p50")
+        left.plot(xs, [f.p95_ttft_all_ms for f in ordered], "o-", label=f"{variant} p95")
+        right.plot(xs, [f.request_throughput for f in ordered], "o-", label=f"{variant} completed")
+        right.plot(xs, [f.goodput for f in ordered], "s--", label=f"{variant} goodput")
+    left.axhline(ttft_target_ms, color="red", lw=1, label="p95 target")
+    left.set(
+        xlabel="rate (req/s: offered, or achieved for synchronous/throughput)",
+        ylabel="TTFT (ms)",
+        title="TTFT against rate",
+    )
+    right.set(xlabel="rate (req/s)", ylabel="req/s", title="throughput against rate")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def cache_per_class(ratios: dict[str, dict[str, float]], path: Path) -> Path:
+    """Cached-token ratio of each class, a bar per variant."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    classes = sorted({c for per in ratios.values() for c in per})
+    width = 0.8 / max(1, len(ratios))
+    for i, (variant, per) in enumerate(ratios.items()):
+        ax.bar(np.arange(len(classes)) + i * width, [per.get(c, 0.0) for c in classes], width, label=variant)
+    ax.set_xticks(np.arange(len(classes)) + width * (len(ratios) - 1) / 2, classes, rotation=30, fontsize=8)
+    ax.set(ylabel="cached / prompt tokens", ylim=(0, 1), title="prefix-cache ratio per class")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path

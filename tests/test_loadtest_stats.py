@@ -1,0 +1,120 @@
+"""Every figure of loadtest/stats.py on hand-made timelines, where the right answer is known by hand."""
+
+import math
+
+import pytest
+
+from loadtest.results import Benchmark, CacheCounters, RequestRecord, ServerCache
+from loadtest.stats import (
+    distribution,
+    e2e,
+    figures,
+    guidellm_tpot,
+    itl_gaps,
+    p95_with_failures,
+    server_delta,
+    tpot,
+    ttft,
+)
+
+
+def request(index: int, sent: float, tokens: list[float], output: int | None = None, **extra: object) -> RequestRecord:
+    fields: dict[str, object] = {
+        "index": index,
+        "scheduled_at": sent,
+        "sent_at": sent,
+        "first_token_at": tokens[0] if tokens else None,
+        "token_times": tokens,
+        "ended_at": (tokens[-1] if tokens else sent) + 0.01,
+        "output_tokens": len(tokens) if output is None else output,
+        "prompt_tokens": 100,
+        "cached_tokens": 0,
+    }
+    return RequestRecord.model_validate(fields | extra)
+
+
+def bench(records: list[RequestRecord], duration: float, cpu: float = 0.0) -> Benchmark:
+    return Benchmark(
+        profile="constant", rate=2.0, started_wall=0.0, duration_s=duration, requests=records, client_cpu_s=cpu
+    )
+
+
+def test_distribution_is_numpy_linear_percentiles_in_ms() -> None:
+    d = distribution([0.1 * i for i in range(1, 11)])  # 0.1 .. 1.0 s
+    assert d.count == 10
+    assert d.mean == pytest.approx(550.0)
+    assert d.p50 == pytest.approx(550.0)  # halfway between 500 and 600
+    assert d.p90 == pytest.approx(910.0)  # rank 8.1 of 0..9
+    assert d.p99 == pytest.approx(991.0)
+    assert distribution([]).p50 is None
+
+
+def test_per_request_figures_by_their_definitions() -> None:
+    r = request(0, sent=1.0, tokens=[1.5, 1.6, 1.8, 2.1])
+    assert ttft(r) == pytest.approx(0.5)
+    assert e2e(r) == pytest.approx(1.1)
+    assert tpot(r) == pytest.approx((1.1 - 0.5) / 3)  # vLLM's TPOT = GuideLLM's ITL
+    assert itl_gaps(r) == pytest.approx([0.1, 0.2, 0.3])  # vLLM's ITL: every gap
+    assert guidellm_tpot(r) == pytest.approx(1.1 / 4)  # GuideLLM's TPOT counts the first token
+    one = request(1, sent=0.0, tokens=[0.2])
+    assert tpot(one) is None and itl_gaps(one) == []
+    failed = request(2, sent=0.0, tokens=[], error="http_503")
+    assert ttft(failed) is None and e2e(failed) is None and not failed.ok
+
+
+def test_throughput_goodput_and_the_target() -> None:
+    records = [
+        request(0, 0.0, [0.1, 0.2, 0.3]),  # TTFT 100 ms
+        request(1, 0.5, [0.8, 0.9, 1.0]),  # 300 ms
+        request(2, 1.0, [1.6, 1.7, 1.8]),  # 600 ms: misses a 500 ms target
+        request(3, 1.5, [], error="timeout"),
+        request(4, 1.6, [], output=64, error="no_token"),  # 64 tokens that decoded to no text
+    ]
+    f = figures(bench(records, duration=2.0, cpu=0.04), ttft_target_ms=500)
+    assert (f.requests, f.completed) == (5, 3)
+    assert f.errors == {"empty_answer": 1, "timeout": 1}
+    assert f.request_throughput == pytest.approx(3 / 2.0)
+    assert f.output_throughput == pytest.approx(9 / 2.0)
+    assert f.goodput == pytest.approx(2 / 2.0)
+    assert f.goodput_fraction == pytest.approx(2 / 5)
+    assert f.ttft_ms.p50 == pytest.approx(300.0)
+    assert f.p95_ttft_all_ms == math.inf  # the failed request counts as never answering
+    assert not f.meets_target
+    assert f.client_cpu_ms_per_request == pytest.approx(40 / 5)
+
+
+def test_p95_over_all_requests_meets_the_target_when_failures_are_rare_enough() -> None:
+    answered = [request(i, 0.0, [0.1]) for i in range(39)]
+    records = [*answered, request(39, 0.0, [], error="http_500")]
+    assert p95_with_failures(records) == pytest.approx(100.0)  # rank ceil(0.95 x 39) = 38 is still answered
+    assert figures(bench(records, 1.0), ttft_target_ms=150).meets_target
+    assert not figures(bench(records, 1.0), ttft_target_ms=50).meets_target
+
+
+def test_cache_ratio_per_class_and_the_servers_counter_delta() -> None:
+    records = [
+        request(0, 0.0, [0.1], group="a", prompt_tokens=1000, cached_tokens=0),
+        request(1, 0.0, [0.1], group="a", prompt_tokens=1000, cached_tokens=896),
+        request(2, 0.0, [0.1], group="b", prompt_tokens=500, cached_tokens=384),
+    ]
+    b = bench(records, 1.0)
+    b.cache = [
+        ServerCache(url="u", before=CacheCounters(queries=100, hits=10), after=CacheCounters(queries=2600, hits=1290))
+    ]
+    f = figures(b, 1000)
+    assert f.cache.ratio == pytest.approx(1280 / 2500)
+    assert f.cache_by_class["a"].ratio == pytest.approx(896 / 2000)
+    assert f.cache_by_class["b"].ratio == pytest.approx(384 / 500)
+    [server] = f.server_cache
+    assert (server.queries, server.hits) == (2500, 1280)
+    assert server.hit_ratio == pytest.approx(1280 / 2500)
+    assert server_delta("u", CacheCounters(), CacheCounters(hits=5)).hits is None  # no counters: unknown, not 0
+
+
+def test_send_lag_and_service_overhead() -> None:
+    late = request(0, 1.0, [1.4, 1.5], service_ttft_ms=300.0)
+    late.scheduled_at = 0.9  # sent 100 ms late
+    f = figures(bench([late], 2.0), 1000)
+    assert f.send_lag_ms.p50 == pytest.approx(100.0)
+    assert f.service_ttft_ms.p50 == pytest.approx(300.0)
+    assert f.service_overhead_ttft_ms.p50 == pytest.approx(100.0)  # 400 ms seen by the pupil, 300 by the service
