@@ -27,7 +27,7 @@ lint:
 	$(BIN)/ruff check service tests deploy benchmarks loadtest
 	$(BIN)/ruff format --check service tests deploy benchmarks loadtest
 	$(BIN)/mypy
-	shellcheck -x deploy/scripts/*.sh
+	shellcheck -x deploy/scripts/*.sh loadtest/gpu/*.sh loadtest/cpu/*.sh
 
 setup: system-packages $(VENV)/.installed
 	$(BIN)/classroom backend install
