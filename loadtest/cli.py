@@ -55,7 +55,9 @@ def run_command(
     profile: Annotated[
         str, typer.Option(help="synchronous, concurrent, throughput, constant, poisson, sweep")
     ] = "synchronous",
-    rate: Annotated[float | None, typer.Option(help="requests a second (constant, poisson)")] = None,
+    rate: Annotated[
+        float | None, typer.Option(help="arrivals a second (constant, poisson); a class's burst is one arrival")
+    ] = None,
     streams: Annotated[int | None, typer.Option(help="requests in flight (concurrent; a bound for the others)")] = None,
     sweep_steps: Annotated[int, typer.Option(help="constant rates between synchronous and throughput")] = 3,
     prompt_tokens: Annotated[int, typer.Option(help="synthetic: tokens of each prompt after the chat template")] = 256,
