@@ -30,10 +30,11 @@ import typer
 
 from loadtest.environment import cpu_model, gpu_model
 from loadtest.results import RunResult
-from loadtest.servermetrics import parse_counters, root_of
+from loadtest.servermetrics import parse_counters
 from loadtest.stats import figures
 from service.backend.flags import LAUNCHER, venv_python
 from service.tokens import ModelTokenizer
+from service.vllm_metrics import root_url
 
 # The figures compared, by definition: (name, ours from stats.Figures, theirs in vllm bench's JSON).
 COMPARED: list[tuple[str, str, str]] = [
@@ -58,7 +59,7 @@ def _get(obj: Any, dotted: str) -> float:
 
 
 def _counters(url: str) -> dict[str, float | None]:
-    return parse_counters(httpx.get(f"{root_of(url)}/metrics", timeout=10).text).model_dump()
+    return parse_counters(httpx.get(f"{root_url(url)}/metrics", timeout=10).text).model_dump()
 
 
 def ours(
@@ -97,7 +98,7 @@ def theirs(
 ) -> dict[str, float]:
     command = [
         *cli[0], "bench", "serve",
-        "--backend", "openai-chat", "--base-url", root_of(url), "--endpoint", "/v1/chat/completions",
+        "--backend", "openai-chat", "--base-url", root_url(url), "--endpoint", "/v1/chat/completions",
         "--model", _served(url), "--tokenizer", str(model_dir),
         "--dataset-name", "random", "--random-input-len", str(prompt), "--random-output-len", str(output),
         "--random-range-ratio", "0", "--ignore-eos", "--extra-body", json.dumps({"temperature": 0}),

@@ -18,7 +18,8 @@ from loadtest.quality.cli import quality_app
 from loadtest.results import RunConfig, RunResult, WorkloadInfo
 from loadtest.runner import SweepPlan, run
 from loadtest.scheduler import Profile
-from loadtest.workload import Workload, class_prompts, classroom, seed_workload, synthetic
+from loadtest.workload import Workload, classroom, seed_workload, synthetic
+from service.prompting import Prompts
 from service.settings import Settings
 
 app = typer.Typer(help="The pre-rollout load test: latency, quality and cost of a variant.", no_args_is_help=True)
@@ -100,7 +101,7 @@ def run_command(
     plan = _profile(profile, rate, streams, sweep_steps)
     seed = seed if seed is not None else secrets.randbelow(2**31)
     folder = model_dir or settings.model.dir
-    prompts = class_prompts(settings, folder)
+    prompts = Prompts.from_settings(settings, folder)
     answer_tokens = output_tokens or settings.answer.max_tokens
     notes: list[str] = []
 

@@ -187,7 +187,7 @@ class PupilApiTarget:
         self._session: aiohttp.ClientSession | None = None
         self._email, self._password = teacher_email, teacher_password
         self._classroom: dict[str, str] = {}  # group -> classroom id
-        self._pupils: dict[tuple[str, int], str] = {}  # (group, pupil) -> session cookie
+        self._pupils: dict[tuple[str, int], str] = {}  # (group, pupil) -> its Cookie header
         self._busy: dict[tuple[str, int], asyncio.Lock] = {}
         self.warmed: dict[str, list[str]] = {}  # group -> replicas that hold the passage, as the service said
 
@@ -213,7 +213,8 @@ class PupilApiTarget:
                             "/api/join", json={"join_code": classroom["join_code"], "name": f"Pupil {pupil + 1}"}
                         )
                         _check(joined, "join a class")
-                        self._pupils[(cls.group, pupil)] = joined.cookies["classroom_pupil"]
+                        # The session cookie as a header, whatever the service names it.
+                        self._pupils[(cls.group, pupil)] = "; ".join(f"{k}={v}" for k, v in joined.cookies.items())
                         self._busy[(cls.group, pupil)] = asyncio.Lock()
             # The service warms each new passage in the background; real classes ask minutes later.
             deadline = time.monotonic() + warm_timeout_s
@@ -236,7 +237,7 @@ class PupilApiTarget:
     async def _stream(self, spec: RequestSpec, cookie: str, timeline: Timeline) -> None:
         assert self._session is not None, "prepare() first"
         url = f"{self.url}/api/classrooms/{self._classroom[spec.group or '']}/questions"
-        headers = {"Cookie": f"classroom_pupil={cookie}", "Accept": "text/event-stream"}
+        headers = {"Cookie": cookie, "Accept": "text/event-stream"}
         timeline.sent_at = timeline.now()
         async with self._session.post(url, json={"question": spec.question}, headers=headers) as response:
             if response.status != 200:

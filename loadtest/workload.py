@@ -21,26 +21,12 @@ from typing import Any
 
 from loadtest.results import ClassInfo, WorkloadKind
 from service.prompting import Prompts
-from service.settings import Settings
 from service.tokens import ModelTokenizer
 
 DATA = Path(__file__).with_name("data")
 # Words that are one token with their leading space ("Ġword" in the vocabulary): text made of them has
 # exactly one token per word, whatever the neighbours, so a prompt can be cut to an exact length.
 WORD = re.compile(r"^ [a-z]{3,12}$")
-
-
-def class_prompts(settings: Settings, model_dir: Path) -> Prompts:
-    """The service's own prompt layout and budget (as service.services builds it), with the tokenizer and
-    chat template of the model folder given; without the rest of the service (Redis, FastAPI)."""
-    return Prompts(
-        settings.prompts_dir,
-        ModelTokenizer.from_model_dir(model_dir),
-        max_model_len=settings.backend.max_model_len,
-        answer_max_tokens=settings.answer.max_tokens,
-        question_max_chars=settings.limits.question_max_chars,
-        question_max_tokens=settings.limits.question_max_tokens,
-    )
 
 
 @dataclass(frozen=True)

@@ -17,55 +17,15 @@ from dataclasses import dataclass, field
 
 import httpx
 from openai import AsyncOpenAI, Timeout
-from prometheus_client.parser import text_string_to_metric_families
-from pydantic import BaseModel
 
 from service.backends import BackendConfig, Router
 from service.settings import Settings
 from service.store import Store, connect
+from service.vllm_metrics import VllmFigures, parse_vllm_metrics, root_url
 
 log = logging.getLogger(__name__)
 
 ChangeListener = Callable[[], Awaitable[None]]
-
-
-class VllmFigures(BaseModel):
-    """What a replica's own /metrics says, under the names of vLLM 0.26 (GPU) and 0.32 (CPU) alike."""
-
-    running: float = 0.0
-    waiting: float = 0.0
-    kv_cache_usage: float = 0.0
-    prefix_cache_queries: float = 0.0
-    prefix_cache_hits: float = 0.0
-
-
-# Each figure, and the names vLLM has used for it (V1 names first, older V0 names after).
-VLLM_NAMES: dict[str, tuple[str, ...]] = {
-    "running": ("vllm:num_requests_running",),
-    "waiting": ("vllm:num_requests_waiting",),
-    "kv_cache_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    "prefix_cache_queries": ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-    "prefix_cache_hits": ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
-}
-
-
-def parse_vllm_metrics(text: str) -> VllmFigures:
-    """Sum each figure over a replica's engines (a replica may run several data-parallel engines)."""
-    samples: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples[sample.name] = samples.get(sample.name, 0.0) + sample.value
-    figures: dict[str, float] = {}
-    for figure, names in VLLM_NAMES.items():
-        found = next((samples[name] for name in names if name in samples), None)
-        if found is not None:
-            figures[figure] = found
-    return VllmFigures(**figures)
-
-
-def root_url(base_url: str) -> str:
-    """Where /health and /metrics live: the OpenAI base URL without its /v1."""
-    return base_url.rstrip("/").removesuffix("/v1")
 
 
 @dataclass

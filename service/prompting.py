@@ -12,6 +12,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from openai.types.chat import ChatCompletionMessageParam
 
 from service.errors import InvalidInput, PassageTooLong, QuestionTooLong
+from service.settings import Settings
 from service.tokens import ModelTokenizer
 
 
@@ -37,6 +38,19 @@ class Prompts:
         self.passage_max_tokens = max_model_len - answer_max_tokens - question_max_tokens - self.overhead_tokens
         if self.passage_max_tokens <= 0:
             raise ValueError("max_model_len leaves no room for a passage: raise it or lower the answer budget")
+
+    @classmethod
+    def from_settings(cls, settings: Settings, model_dir: Path | None = None) -> "Prompts":
+        """The service's templates and budget, with the tokenizer and chat template of `model_dir` (default:
+        the settings' model folder)."""
+        return cls(
+            settings.prompts_dir,
+            ModelTokenizer.from_model_dir(model_dir or settings.model.dir),
+            max_model_len=settings.backend.max_model_len,
+            answer_max_tokens=settings.answer.max_tokens,
+            question_max_chars=settings.limits.question_max_chars,
+            question_max_tokens=settings.limits.question_max_tokens,
+        )
 
     def system_message(self, title: str, text: str) -> str:
         return self._system.render(title=title, text=text)

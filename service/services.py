@@ -19,7 +19,6 @@ from service.prompting import Prompts
 from service.ratelimit import QuestionRateLimit
 from service.settings import Settings
 from service.store import Store, connect
-from service.tokens import ModelTokenizer
 from service.warmup import Warmup
 
 
@@ -38,17 +37,6 @@ class Services:
     model: ModelManifest | None
 
 
-def build_prompts(settings: Settings) -> Prompts:
-    return Prompts(
-        settings.prompts_dir,
-        ModelTokenizer.from_model_dir(settings.model.dir),
-        max_model_len=settings.backend.max_model_len,
-        answer_max_tokens=settings.answer.max_tokens,
-        question_max_chars=settings.limits.question_max_chars,
-        question_max_tokens=settings.limits.question_max_tokens,
-    )
-
-
 def declared_backends(settings: Settings) -> BackendConfig:
     file = settings.routing.backends_file
     return BackendConfig.from_file(file) if file is not None else BackendConfig.single(settings.backend.base_url)
@@ -56,7 +44,7 @@ def declared_backends(settings: Settings) -> BackendConfig:
 
 @asynccontextmanager
 async def open_services(settings: Settings) -> AsyncIterator[Services]:
-    prompts = build_prompts(settings)
+    prompts = Prompts.from_settings(settings)
     redis = connect(settings.redis.url)
     store = Store(redis)
     fleet = Fleet(store, settings, declared_backends(settings))

@@ -10,6 +10,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service import vllm_metrics
+
 StandinSize = Literal["tiny", "0.5b", "1.5b"]
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,8 +76,7 @@ class BackendSettings(BaseModel):
     @property
     def root_url(self) -> str:
         """The server's root (where /health and /metrics live), without the /v1 suffix."""
-        parts = urlsplit(self.base_url)
-        return f"{parts.scheme}://{parts.netloc}"
+        return vllm_metrics.root_url(self.base_url)
 
 
 class RoutingSettings(BaseModel):

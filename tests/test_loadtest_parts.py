@@ -17,16 +17,17 @@ from loadtest.quality.logprobs import Agreement, compare_positions, kl_over_topk
 from loadtest.quality.rubric import Scorer, load_rubrics
 from loadtest.results import Benchmark, Environment, ModelInfo, RequestRecord, RunConfig, RunResult, WorkloadInfo
 from loadtest.scheduler import Profile, cap, run_profile
-from loadtest.servermetrics import parse_counters, root_of
-from loadtest.workload import class_prompts, classroom, seed_workload, synthetic
+from loadtest.servermetrics import parse_counters
+from loadtest.workload import classroom, seed_workload, synthetic
 from service.prompting import Prompts
 from service.settings import Settings
 from service.tokens import ModelTokenizer
+from service.vllm_metrics import root_url
 
 
 @pytest.fixture(scope="module")
 def prompts(model_dir: Path) -> Prompts:
-    return class_prompts(Settings(), model_dir)
+    return Prompts.from_settings(Settings(), model_dir)
 
 
 def test_constant_is_evenly_spaced_and_poisson_is_seeded_and_takes_n_over_r() -> None:
@@ -275,4 +276,4 @@ def test_cache_counters_sum_engines_and_skip_created_timestamps() -> None:
     )
     counters = parse_counters(text + "\n")
     assert (counters.queries, counters.hits, counters.prompt_tokens) == (1500.0, 768.0, None)
-    assert root_of("http://127.0.0.1:8100/v1") == "http://127.0.0.1:8100"
+    assert root_url("http://127.0.0.1:8100/v1") == "http://127.0.0.1:8100"

@@ -4,7 +4,7 @@ once (by the warm-up, or else by the first pupil)."""
 import httpx
 from openai import OpenAI
 
-from service.services import build_prompts
+from service.prompting import Prompts
 from service.settings import Settings
 from tests.conftest import Join, Vllm, report
 from tests.helpers import add_passage, ask_json, create_classroom, passage_text, wait_until_warmed
@@ -29,7 +29,7 @@ def test_passage_first_layout_reuses_the_cached_passage_and_question_first_does_
     teacher: httpx.Client, join: Join, vllm: Vllm, settings: Settings
 ) -> None:
     block = vllm.block_size()
-    prompts = build_prompts(settings)
+    prompts = Prompts.from_settings(settings)
     tokenizer = prompts.tokenizer
     text = passage_text(600)
     classroom = create_classroom(teacher)
@@ -81,7 +81,7 @@ def test_passage_first_layout_reuses_the_cached_passage_and_question_first_does_
 
 
 def test_service_counts_prompt_tokens_exactly_as_vllm(teacher: httpx.Client, join: Join, settings: Settings) -> None:
-    prompts = build_prompts(settings)
+    prompts = Prompts.from_settings(settings)
     text, question = passage_text(200), "What is a drone?"
     classroom = create_classroom(teacher)
     passage = add_passage(teacher, classroom["id"], text)

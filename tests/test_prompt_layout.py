@@ -8,7 +8,6 @@ from hypothesis import strategies as st
 
 from service.errors import InvalidInput, PassageTooLong, QuestionTooLong
 from service.prompting import Prompts
-from service.services import build_prompts
 from service.settings import ModelSettings, Settings
 
 text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=0, max_size=300)
@@ -16,7 +15,7 @@ text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size
 
 @pytest.fixture(scope="module")
 def prompts(model_dir: Path) -> Prompts:
-    return build_prompts(Settings(model=ModelSettings(dir=model_dir)))
+    return Prompts.from_settings(Settings(model=ModelSettings(dir=model_dir)))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -11,7 +11,6 @@ from pydantic import BaseModel
 from loadtest.quality import lmeval
 from loadtest.quality.logprobs import Agreement, PositionStats, compare_positions, generate, score, summarize
 from loadtest.quality.rubric import STANDIN_WARNING, RubricResult, Scorer, load_rubrics
-from loadtest.workload import class_prompts
 from service.model.prepare import read_manifest
 from service.prompting import Prompts
 from service.settings import Settings
@@ -23,7 +22,7 @@ TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 def _prompts(model_dir: Path | None) -> tuple[Settings, Path, Prompts]:
     settings = Settings()
     folder = model_dir or settings.model.dir
-    return settings, folder, class_prompts(settings, folder)
+    return settings, folder, Prompts.from_settings(settings, folder)
 
 
 @quality_app.command("rubric")

@@ -15,7 +15,8 @@ from service import stats
 from service.backends import BackendConfig, Canary, Variant
 from service.deps import OperatorAuth, ServicesDep
 from service.errors import InvalidInput
-from service.fleet import Fleet, VllmFigures
+from service.fleet import Fleet
+from service.vllm_metrics import VllmFigures
 
 router = APIRouter(prefix="/api/operator", tags=["operator"])
 
