@@ -120,6 +120,17 @@ async def _guarded(timeline: Timeline, run: Any) -> None:
         timeline.fail("protocol", repr(exc))
 
 
+def carries_tokens(choice: dict[str, Any]) -> bool:
+    """Whether a streamed choice brings generated tokens, whether or not they wrote text yet.
+
+    vLLM sends a chunk per engine step, with `content: ""` while the tokens so far end inside a UTF-8
+    character or are ids without a string (the stand-in's gibberish can be a whole answer of them); only
+    its first chunk, the role announcement, carries none (`vllm bench serve` takes that one, sent in the
+    same step as the first token, for its first token, and times every chunk after it too)."""
+    delta = choice.get("delta") or {}
+    return "role" not in delta or bool(delta.get("content"))
+
+
 class VllmTarget:
     """vLLM's OpenAI chat-completions API, streamed with usage."""
 
@@ -162,7 +173,7 @@ class VllmTarget:
                     continue
                 chunk = json.loads(data)
                 for choice in chunk.get("choices") or ():
-                    if choice.get("delta", {}).get("content"):
+                    if carries_tokens(choice):
                         timeline.token_times.append(timeline.now())
                     timeline.finish_reason = choice.get("finish_reason") or timeline.finish_reason
                 if chunk.get("usage"):

@@ -104,8 +104,11 @@ class AnswerStream:
                     usage = _usage(chunk.usage) or usage
                     for choice in chunk.choices:
                         finish_reason = choice.finish_reason or finish_reason
-                        if choice.delta.content:
+                        # Every chunk but the role announcement brings tokens, even when they write no text
+                        # yet (half a UTF-8 character); the time to first token is the first of them.
+                        if choice.delta.role is None or choice.delta.content:
                             token_times.append(time.perf_counter())
+                        if choice.delta.content:
                             parts.append(choice.delta.content)
                             yield Token(choice.delta.content)
             except Exception:  # the stream broke: the connection cut, a protocol or server error mid-way

