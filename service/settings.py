@@ -94,6 +94,7 @@ class RoutingSettings(BaseModel):
     # Send each active passage once (one output token) when it becomes active, and again when a variant
     # or replica does, so that the first pupil already finds it in the cache.
     warmup: bool = True
+    # On a fleet change, the passages of the classes used most recently, up to this many.
     warmup_max_passages: int = 200
 
 

@@ -383,6 +383,20 @@ class Store:
         raws = await self.redis.mget([Keys.classroom(i) for i in ids]) if ids else []
         return [Classroom.model_validate_json(raw) for raw in raws if raw is not None]
 
+    async def active_passages_by_recency(self, limit: int) -> list[Passage]:
+        """The open classes' active passages, the class used last first (its newest question, or the
+        passage's own creation if newer): a class that asked this morning is likelier to ask again than one
+        idle since last term."""
+        used: list[tuple[float, Passage]] = []
+        for classroom in await self.all_classrooms():
+            if not classroom.is_open or (passage := await self.active_passage(classroom.id)) is None:
+                continue
+            newest = await self.redis.zrevrange(Keys.questions(classroom.id), 0, 0, withscores=True)
+            asked = float(newest[0][1]) if newest else 0.0
+            used.append((max(asked, passage.created_at.timestamp()), passage))
+        used.sort(key=lambda pair: pair[0], reverse=True)
+        return [passage for _, passage in used[:limit]]
+
     async def set_warmed(self, passage_id: str, replicas: list[str]) -> None:
         await self.redis.set(Keys.warmed(passage_id), json.dumps(replicas))
 

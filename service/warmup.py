@@ -79,11 +79,7 @@ class Warmup:
             self._rewarm = None
 
     async def _warm_all(self) -> None:
-        passages = []
-        for classroom in await self._store.all_classrooms():
-            if classroom.is_open and (passage := await self._store.active_passage(classroom.id)) is not None:
-                passages.append(passage)
-        for passage in passages[: self._max_passages]:
+        for passage in await self._store.active_passages_by_recency(self._max_passages):
             await self.warm(passage)
 
     def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
