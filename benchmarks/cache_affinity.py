@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,11 +32,12 @@ from typing import Any
 import httpx
 import yaml
 
+from loadtest.environment import cpu_model
 from service.backend.flags import detect_device
 from service.backend.server import start_vllm
 from service.backend.venv import ensure_vllm_venv
 from service.model.prepare import prepare_model
-from service.processes import ManagedProcess
+from service.processes import ManagedProcess, free_port
 from service.redis_server import start_redis
 from service.settings import PROJECT_ROOT, BackendSettings, Settings, StandinSize
 
@@ -64,13 +64,6 @@ CONFIGS = [
     Config("affinity, no warm-up", "affinity", False),
     Config("round-robin + warm-up", "round_robin", True),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def passage(rng: random.Random, words: int) -> str:
@@ -263,7 +256,7 @@ def main() -> None:
                 "repeats": args.repeats,
                 "seed": args.seed,
                 "machine": {
-                    "cpu": platform.processor() or platform.machine(),
+                    "cpu": cpu_model(),
                     "cores": os.cpu_count(),
                     "python": platform.python_version(),
                 },

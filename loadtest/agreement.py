@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,18 +63,29 @@ def _counters(url: str) -> dict[str, float | None]:
     return parse_counters(httpx.get(f"{root_url(url)}/metrics", timeout=10).text).model_dump()
 
 
-def ours(
-    url: str, model_dir: Path, *, prompt: int, output: int, rate: float, n: int, seed: int, out: Path
-) -> dict[str, float]:
+@dataclass(frozen=True)
+class Run:
+    """One run, the same for either tool: P tokens after the chat template, O out, N requests at R req/s."""
+
+    prompt: int
+    output: int
+    rate: float
+    n: int
+    seed: int
+    out: Path
+
+
+def ours(url: str, model_dir: Path, run: Run) -> dict[str, float]:
     command = [
         sys.executable, "-m", "loadtest", "run", "--url", url, "--workload", "synthetic", "--profile", "constant",
-        "--rate", str(rate), "--requests", str(n), "--prompt-tokens", str(prompt), "--output-tokens", str(output),
-        "--warmup", "0", "--seed", str(seed), "--model-dir", str(model_dir), "--out", str(out), "--settle-s", "1",
+        "--rate", str(run.rate), "--requests", str(run.n), "--prompt-tokens", str(run.prompt),
+        "--output-tokens", str(run.output), "--warmup", "0", "--seed", str(run.seed), "--model-dir", str(model_dir),
+        "--out", str(run.out), "--settle-s", "1",
     ]  # fmt: skip
     subprocess.run(command, check=True, capture_output=True)
-    result = RunResult.load(out)
+    result = RunResult.load(run.out)
     f = figures(result.benchmarks[0], result.config.ttft_target_ms).model_dump()
-    return {name: _get(f, key) for name, key, _ in COMPARED} | {"completed": f["completed"], "requests": n}
+    return {name: _get(f, key) for name, key, _ in COMPARED} | {"completed": f["completed"], "requests": run.n}
 
 
 def bench_command(venv: Path, explicit: str | None) -> tuple[list[str], dict[str, str]]:
@@ -85,24 +97,18 @@ def bench_command(venv: Path, explicit: str | None) -> tuple[list[str], dict[str
 
 
 def theirs(
-    url: str,
-    model_dir: Path,
-    cli: tuple[list[str], dict[str, str]],
-    *,
-    prompt: int,
-    output: int,
-    rate: float,
-    n: int,
-    seed: int,
-    out: Path,
+    url: str, model_dir: Path, cli: tuple[list[str], dict[str, str]], run: Run, template: int
 ) -> dict[str, float]:
+    """`template`: the chat template's own tokens; vllm bench's random prompt is the user message only."""
+    out = run.out
     command = [
         *cli[0], "bench", "serve",
         "--backend", "openai-chat", "--base-url", root_url(url), "--endpoint", "/v1/chat/completions",
         "--model", _served(url), "--tokenizer", str(model_dir),
-        "--dataset-name", "random", "--random-input-len", str(prompt), "--random-output-len", str(output),
+        "--dataset-name", "random", "--random-input-len", str(run.prompt - template),
+        "--random-output-len", str(run.output),
         "--random-range-ratio", "0", "--ignore-eos", "--extra-body", json.dumps({"temperature": 0}),
-        "--request-rate", str(rate), "--burstiness", "inf", "--num-prompts", str(n), "--seed", str(seed),
+        "--request-rate", str(run.rate), "--burstiness", "inf", "--num-prompts", str(run.n), "--seed", str(run.seed),
         "--num-warmups", "0", "--percentile-metrics", "ttft,tpot,itl,e2el", "--disable-tqdm",
         "--save-result", "--save-detailed", "--result-dir", str(out.parent), "--result-filename", out.name,
     ]  # fmt: skip
@@ -122,7 +128,7 @@ def theirs(
     for name, key in THROUGHPUTS:
         got[f"{name}, its own duration"] = got[name]
         got[name] = float(data[key]) * data["duration"] / duration
-    return got | {"completed": data["completed"], "requests": n}
+    return got | {"completed": data["completed"], "requests": run.n}
 
 
 def _served(url: str) -> str:
@@ -208,13 +214,12 @@ def main(
                     for tool in order:
                         seed = secrets.randbelow(2**31)  # a new seed every run: no prompt repeats
                         path = Path(scratch) / f"{tool.split()[0]}-{rate}-{repeat}.json"
-                        shape = {"output": output_tokens, "rate": rate, "n": requests, "seed": seed, "out": path}
+                        run = Run(prompt_tokens, output_tokens, rate, requests, seed, path)
                         before = _counters(url)
                         if tool == TOOLS[0]:
-                            got = ours(url, model_dir, prompt=prompt_tokens, **shape)  # type: ignore[arg-type]
+                            got = ours(url, model_dir, run)
                         else:
-                            # vllm bench's random prompt is the user message: the template adds the rest.
-                            got = theirs(url, model_dir, cli, prompt=prompt_tokens - overhead, **shape)  # type: ignore[arg-type]
+                            got = theirs(url, model_dir, cli, run, template=overhead)
                         time.sleep(1.0)  # /metrics lags
                         delta = (_counters(url)["prompt_tokens"] or 0) - (before["prompt_tokens"] or 0)
                         runs.append(
@@ -240,16 +245,12 @@ def main(
 
 
 def _start_server(model_dir: Path, venv: Path) -> tuple[Any, str]:
-    import socket
-
     from service.backend.flags import detect_device
     from service.backend.server import start_vllm
+    from service.processes import free_port
     from service.settings import BackendSettings, Settings
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    settings = Settings(backend=BackendSettings(base_url=f"http://127.0.0.1:{port}/v1", venv=venv))
+    settings = Settings(backend=BackendSettings(base_url=f"http://127.0.0.1:{free_port()}/v1", venv=venv))
     process = start_vllm(settings, model_dir, detect_device(settings.backend.device))
     return process, settings.backend.base_url
 

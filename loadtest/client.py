@@ -18,6 +18,7 @@ import httpx
 
 from loadtest.results import RequestRecord
 from loadtest.workload import RequestSpec, Workload
+from service.vllm_stream import brings_tokens
 
 # Generous: a cold prompt on 2 CPU cores can take tens of seconds before its first token.
 READ_TIMEOUT_S = 300.0
@@ -120,17 +121,6 @@ async def _guarded(timeline: Timeline, run: Any) -> None:
         timeline.fail("protocol", repr(exc))
 
 
-def carries_tokens(choice: dict[str, Any]) -> bool:
-    """Whether a streamed choice brings generated tokens, whether or not they wrote text yet.
-
-    vLLM sends a chunk per engine step, with `content: ""` while the tokens so far end inside a UTF-8
-    character or are ids without a string (the stand-in's gibberish can be a whole answer of them); only
-    its first chunk, the role announcement, carries none (`vllm bench serve` takes that one, sent in the
-    same step as the first token, for its first token, and times every chunk after it too)."""
-    delta = choice.get("delta") or {}
-    return "role" not in delta or bool(delta.get("content"))
-
-
 class VllmTarget:
     """vLLM's OpenAI chat-completions API, streamed with usage."""
 
@@ -173,7 +163,8 @@ class VllmTarget:
                     continue
                 chunk = json.loads(data)
                 for choice in chunk.get("choices") or ():
-                    if carries_tokens(choice):
+                    delta = choice.get("delta") or {}
+                    if brings_tokens(delta.get("role"), delta.get("content")):
                         timeline.token_times.append(timeline.now())
                     timeline.finish_reason = choice.get("finish_reason") or timeline.finish_reason
                 if chunk.get("usage"):

@@ -3,7 +3,6 @@ the rate one client process sustains, how late it sends against the schedule, an
 On 2 shared cores the fake and the client compete for the same CPU, so these are conservative."""
 
 import asyncio
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from loadtest.client import VllmTarget
 from loadtest.scheduler import Profile, run_profile
 from loadtest.stats import Figures, figures
 from loadtest.workload import Workload, synthetic
+from service.processes import free_port
 from service.tokens import ModelTokenizer
 
 
@@ -33,15 +33,8 @@ class OverheadResult(BaseModel):
     figures: Figures
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def start_fake(tokens: int) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "loadtest.fake_openai", "--port", str(port), "--tokens", str(tokens)]
     )

@@ -93,9 +93,6 @@ class Workload:
             "temperature": self.temperature,
             "stream": True,
             "stream_options": {"include_usage": True},
-            # Every generated token becomes a timed piece of text, special ones too: the stand-in's random
-            # weights sometimes write only special tokens, which vLLM would otherwise stream as nothing.
-            "skip_special_tokens": False,
         }
         if self.ignore_eos:  # vLLM's extra sampling parameters: exactly O tokens
             body |= {"ignore_eos": True, "min_tokens": self.output_tokens}

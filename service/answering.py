@@ -33,6 +33,7 @@ from service.prompting import Prompts
 from service.ratelimit import QuestionRateLimit
 from service.records import Passage, PupilSession, QuestionRecord, QuestionStatus, Usage, utcnow
 from service.store import Store, new_id
+from service.vllm_stream import brings_tokens
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +105,8 @@ class AnswerStream:
                     usage = _usage(chunk.usage) or usage
                     for choice in chunk.choices:
                         finish_reason = choice.finish_reason or finish_reason
-                        # Every chunk but the role announcement brings tokens, even when they write no text
-                        # yet (half a UTF-8 character); the time to first token is the first of them.
-                        if choice.delta.role is None or choice.delta.content:
+                        # The time to first token is the first chunk with tokens, text or not yet.
+                        if brings_tokens(choice.delta.role, choice.delta.content):
                             token_times.append(time.perf_counter())
                         if choice.delta.content:
                             parts.append(choice.delta.content)

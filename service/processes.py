@@ -6,12 +6,21 @@ processes); its output goes to a log file whose tail is shown when it fails to s
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 POLL_S = 0.5
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now, on 127.0.0.1, for a child server of our own."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 class ProcessFailed(RuntimeError):

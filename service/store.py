@@ -386,16 +386,21 @@ class Store:
     async def active_passages_by_recency(self, limit: int) -> list[Passage]:
         """The open classes' active passages, the class used last first (its newest question, or the
         passage's own creation if newer): a class that asked this morning is likelier to ask again than one
-        idle since last term."""
-        used: list[tuple[float, Passage]] = []
-        for classroom in await self.all_classrooms():
-            if not classroom.is_open or (passage := await self.active_passage(classroom.id)) is None:
-                continue
-            newest = await self.redis.zrevrange(Keys.questions(classroom.id), 0, 0, withscores=True)
-            asked = float(newest[0][1]) if newest else 0.0
-            used.append((max(asked, passage.created_at.timestamp()), passage))
-        used.sort(key=lambda pair: pair[0], reverse=True)
-        return [passage for _, passage in used[:limit]]
+        idle since last term. Three round trips to Redis, however many classes."""
+        open_ids = [c.id for c in await self.all_classrooms() if c.is_open]
+        async with self.redis.pipeline(transaction=False) as batch:
+            for cid in open_ids:
+                batch.get(Keys.active_passage(cid))
+                batch.zrevrange(Keys.questions(cid), 0, 0, withscores=True)
+            replies = await batch.execute()
+        asked: dict[str, float] = {}  # active passage id -> when its class last asked
+        for passage_id, newest in zip(replies[::2], replies[1::2], strict=True):
+            if passage_id is not None:
+                asked[_text(passage_id)] = float(newest[0][1]) if newest else 0.0
+        raws = await self.redis.mget([Keys.passage(i) for i in asked]) if asked else []
+        passages = [Passage.model_validate_json(raw) for raw in raws if raw is not None]
+        passages.sort(key=lambda p: max(asked[p.id], p.created_at.timestamp()), reverse=True)
+        return passages[:limit]
 
     async def set_warmed(self, passage_id: str, replicas: list[str]) -> None:
         await self.redis.set(Keys.warmed(passage_id), json.dumps(replicas))

@@ -6,7 +6,6 @@ that need a fault the real servers cannot produce build their own fake, and say 
 
 import itertools
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +23,7 @@ from service.backend.flags import detect_device
 from service.backend.server import start_vllm
 from service.backend.venv import ensure_vllm_venv
 from service.model.prepare import prepare_model
-from service.processes import ManagedProcess
+from service.processes import ManagedProcess, free_port
 from service.redis_server import start_redis
 from service.settings import AnswerSettings, BackendSettings, ModelSettings, RedisSettings, Settings
 from tests.helpers import joined_pupil, signed_in_teacher
@@ -48,13 +47,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("figures measured on the real parts")
         for name, value in FIGURES.items():
             terminalreporter.write_line(f"{name}: {value}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Vllm:

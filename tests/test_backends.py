@@ -19,6 +19,7 @@ from service.app import create_app
 from service.backends import rendezvous_order
 from service.cli import app
 from service.settings import PROJECT_ROOT, RoutingSettings, Settings
+from service.vllm_metrics import sum_samples
 from tests.conftest import Join, ServerThread, Vllm, isolated, report
 from tests.helpers import (
     add_passage,
@@ -239,11 +240,7 @@ def test_the_dashboard_shows_metrics_the_service_really_exports(
     classroom = create_classroom(teacher)
     add_passage(teacher, classroom["id"], passage_text(60))
     assert ask_json(join(classroom["join_code"], "Ada"), classroom["id"], "Why?").status_code == 200
-    exported = {
-        sample.name
-        for family in text_string_to_metric_families(httpx.get(f"{service}/metrics").text)
-        for sample in family.samples
-    }
+    exported = set(sum_samples(httpx.get(f"{service}/metrics").text))
     dashboard = json.loads((PROJECT_ROOT / "deploy" / "grafana" / "dashboards" / "classroom.json").read_text())
     shown = {
         name

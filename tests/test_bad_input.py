@@ -5,8 +5,9 @@ from contextlib import closing
 
 import httpx
 
+from service.processes import free_port
 from service.settings import Settings
-from tests.conftest import Join, free_port
+from tests.conftest import Join
 from tests.helpers import (
     add_passage,
     ask_json,

@@ -14,8 +14,9 @@ from safetensors import safe_open
 
 from service import capacity as cap
 from service.model.prepare import MANIFEST
+from service.processes import free_port
 from service.settings import Settings
-from tests.conftest import STATE, free_port, report
+from tests.conftest import STATE, report
 from tests.test_deploy import SCRIPTS, run, script_env
 
 pytestmark = pytest.mark.fp8

@@ -10,9 +10,9 @@ from string import Template
 import httpx
 
 from service.app import create_app
-from service.processes import ManagedProcess
+from service.processes import ManagedProcess, free_port
 from service.settings import PROJECT_ROOT, AnswerSettings, Settings
-from tests.conftest import STATE, Join, ServerThread, free_port, isolated
+from tests.conftest import STATE, Join, ServerThread, isolated
 from tests.fakes import FAKE_WORDS, fake_backend_slow_to_first_token
 from tests.helpers import add_passage, ask_streaming, create_classroom, joined_pupil, passage_text, signed_in_teacher
 

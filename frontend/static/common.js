@@ -22,8 +22,8 @@ async function errorMessage(response) {
   return `Something went wrong (the server said ${response.status}). Please try again.`;
 }
 
-async function api(method, url, payload) {
-  const options = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
+async function api(method, url, payload, headers = {}) {
+  const options = { method, headers: { Accept: "application/json", ...headers }, credentials: "same-origin" };
   if (payload instanceof FormData) options.body = payload;
   else if (payload !== undefined) {
     options.headers["Content-Type"] = "application/json";
@@ -35,6 +35,9 @@ async function api(method, url, payload) {
     return new Response(JSON.stringify({ error: { message: "The server cannot be reached. Check the connection and try again." } }), { status: 599 });
   }
 }
+
+// Milliseconds for people; "–" where there is no figure yet.
+const ms = (v) => (v === null || v === undefined ? "–" : `${Math.round(v)} ms`);
 
 // Server-Sent Events from a POST: EventSource only does GET, so read the body and split the frames.
 async function* sseEvents(response) {

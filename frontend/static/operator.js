@@ -4,20 +4,10 @@
 const TOKEN_KEY = "classroom-operator-token";
 let plots = {};
 
-function auth() {
-  return { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY) || ""}`, Accept: "application/json" };
-}
+// common.js's api(), with the operator token.
+const call = (method, url, payload) =>
+  api(method, url, payload, { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY) || ""}` });
 
-async function call(method, url, payload) {
-  const options = { method, headers: auth() };
-  if (payload !== undefined) {
-    options.headers["Content-Type"] = "application/json";
-    options.body = JSON.stringify(payload);
-  }
-  return fetch(url, options);
-}
-
-const ms = (v) => (v === null || v === undefined ? "–" : `${Math.round(v)} ms`);
 const ratio = (v) => (v === null || v === undefined ? "–" : `${(100 * v).toFixed(1)} %`);
 
 function figuresRows(body, groups, label = (k) => k) {

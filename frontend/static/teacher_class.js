@@ -57,7 +57,6 @@ async function loadStats() {
   if (!response.ok) return;
   const f = await response.json();
   if (!f.questions) return ($("stats").textContent = "No questions in the last hour.");
-  const ms = (v) => (v === null ? "–" : `${Math.round(v)} ms`);
   const cache = f.cache_hit_ratio === null ? "–" : `${Math.round(100 * f.cache_hit_ratio)} %`;
   const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
   $("stats").textContent = `${plural(f.questions, "question")}, ${f.answered} answered. First words after ${ms(f.ttft_p50_ms)} ` +
