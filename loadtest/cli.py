@@ -251,7 +251,7 @@ def overhead_command(
     model_dir: Annotated[Path | None, typer.Option(help="a model folder, for the tokenizer")] = None,
     out: Annotated[Path | None, typer.Option(help="save as JSON")] = None,
 ) -> None:
-    """The client's own overhead against fake_openai: rate held, send lag, CPU per request."""
+    """The client's own overhead against fake_vllm: rate held, send lag, CPU per request."""
     from loadtest.overhead import run_overhead
 
     results = run_overhead(

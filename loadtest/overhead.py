@@ -1,4 +1,4 @@
-"""The load tester's own cost, measured against fake_openai (a fast fake endpoint in another process):
+"""The load tester's own cost, measured against fake_vllm (an instant fake vLLM in another process):
 the rate one client process sustains, how late it sends against the schedule, and its CPU per request.
 On 2 shared cores the fake and the client compete for the same CPU, so these are conservative."""
 
@@ -36,7 +36,7 @@ class OverheadResult(BaseModel):
 def start_fake(tokens: int) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "loadtest.fake_openai", "--port", str(port), "--tokens", str(tokens)]
+        [sys.executable, "-m", "loadtest.fake_vllm", "--port", str(port), "--answer-tokens", str(tokens)]
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
@@ -47,7 +47,7 @@ def start_fake(tokens: int) -> tuple[subprocess.Popen[bytes], str]:
         except httpx.HTTPError:
             time.sleep(0.1)
     process.terminate()
-    raise RuntimeError("fake_openai did not start")
+    raise RuntimeError("fake_vllm did not start")
 
 
 async def measure(url: str, workload: Workload, profile: Profile) -> OverheadResult:

@@ -1,5 +1,5 @@
 """The load tester's parts without a server: profiles, workloads, quality statistics, the decision, lm-eval's
-refusal, reports re-made from saved JSON, and the client against fake_openai."""
+refusal, reports re-made from saved JSON, and the client against fake_vllm."""
 
 import asyncio
 import math
@@ -237,8 +237,8 @@ def test_a_report_is_remade_from_the_saved_json_alone(tmp_path: Path) -> None:
     assert "stand-in" in report.render(again) and "TPOT (vLLM) = ITL (GuideLLM)" in report.render(again)
 
 
-def test_the_client_drives_fake_openai_and_records_every_request(model_dir: Path) -> None:
-    """Against fake_openai (a fake fast endpoint in its own process): every request recorded, tokens counted."""
+def test_the_client_drives_the_instant_fake_vllm_and_records_every_request(model_dir: Path) -> None:
+    """Against fake_vllm (an instant fake in its own process): every request recorded, tokens counted."""
     tokenizer = ModelTokenizer.from_model_dir(model_dir)
     work = synthetic(tokenizer, prompt_tokens=64, output_tokens=5, requests=40, warmup=0, seed=random.randrange(1000))
     process, url = start_fake(tokens=5)
