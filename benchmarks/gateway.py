@@ -24,15 +24,17 @@ fake, Redis and the service share the CPU: each one's CPU is recorded beside the
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
 import random
+import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,7 @@ MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 PASSAGE_TOKENS = 1000
 QUESTION_TOKENS = 30
 CLASS_SIZE = 30
+PACED_TPOT_MS = 3.5
 
 
 # The client: one aiohttp session (its C HTTP parser), events timed at the read that brought them.
@@ -226,6 +229,55 @@ class Meter:
 
     def stop(self) -> dict[str, float]:
         return {name: cpu_s(pid) - self.began[name] for name, pid in self.pids.items()}
+
+
+@contextlib.contextmanager
+def profiled(pid: int, out: Path | None) -> Iterator[None]:
+    """py-spy samples the service (and its workers) while the block runs; the profile goes to `out`."""
+    if out is None:
+        yield
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    py_spy = Path(sys.executable).with_name("py-spy")
+    argv = [str(py_spy), "record", "-p", str(pid), "--subprocesses", "--nonblocking", "-r", "250"]
+    spy = subprocess.Popen([*argv, "-f", "speedscope", "-o", str(out)], stdout=subprocess.DEVNULL)
+    time.sleep(1.0)  # py-spy attaches
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=60)
+        (out.with_suffix(".top.txt")).write_text(top_frames(out))
+
+
+def top_frames(speedscope: Path, count: int = 25) -> str:
+    """The frames where the samples were taken (self time) and those they passed through (inclusive), in
+    shares of all samples of the service's threads that were running Python."""
+    data = json.loads(speedscope.read_text())
+    frames = data["shared"]["frames"]
+    own: dict[int, int] = {}
+    through: dict[int, int] = {}
+    total, seconds = 0, 0.0
+    for profile in data["profiles"]:
+        for stack, weight in zip(profile["samples"], profile["weights"], strict=True):
+            if not stack:
+                continue
+            total, seconds = total + 1, seconds + weight
+            own[stack[-1]] = own.get(stack[-1], 0) + 1
+            for frame in set(stack):
+                through[frame] = through.get(frame, 0) + 1
+
+    def name(i: int) -> str:
+        f = frames[i]
+        where = str(f.get("file", "")).split("site-packages/")[-1].split("/work/main/")[-1]
+        return f"{f['name']} ({where}:{f.get('line', '')})"
+
+    lines = [f"{total} samples ({seconds:.1f} s)", "", "self %  function"]
+    lines += [f"{own[i] / total * 100:5.1f}  {name(i)}" for i in sorted(own, key=own.__getitem__, reverse=True)[:count]]
+    lines += ["", "inclusive %  function"]
+    ranked = sorted(through, key=through.__getitem__, reverse=True)[: count * 2]
+    lines += [f"{through[i] / total * 100:5.1f}  {name(i)}" for i in ranked]
+    return "\n".join(lines) + "\n"
 
 
 # The class: a teacher, classes with passages, pupils' cookies; the same prompts for the direct requests.
@@ -407,20 +459,33 @@ async def measure(
         result["sequential"] = await sequential(asker, classes[0], meter, args.sequential, block=25)
         print(f"  one at a time: {line(result['sequential'])}", flush=True)
         configure_fake(fake, answer_tokens=1)
-        questions = await relay(asker, classes, meter, 30, args.per_stream * 4, repeats=1)
+        with profiled(pids["service"], profile(args, "questions")):
+            questions = await relay(asker, classes, meter, 30, args.per_stream * 4, repeats=1)
         per_question = questions["through"][0]["cpu_s"]["service"] / questions["through"][0]["questions"]
         result["questions"] = questions | {"service_cpu_ms_per_question": per_question * 1000}
         print(f"  1-token answers, 30 at once: service CPU {per_question * 1000:.2f} ms a question", flush=True)
         configure_fake(fake, answer_tokens=256)
         result["relay"] = {}
         for streams in (30, 120):
-            runs = await relay(asker, classes, meter, streams, args.per_stream, args.repeats)
+            with profiled(pids["service"], profile(args, f"relay-{streams}")):
+                runs = await relay(asker, classes, meter, streams, args.per_stream, args.repeats)
             result["relay"][str(streams)] = runs | cost(runs["through"], per_question)
             print(f"  relay {streams}: {relay_line(result['relay'][str(streams)])}", flush=True)
-        configure_fake(fake, answer_tokens=128)
+        # As a GPU decodes (the H200's TPOT for a class: loadtest/results/gpu-h200/): a chunk every 3.5 ms a
+        # stream, so the service relays token by token, not in big reads.
+        configure_fake(fake, answer_tokens=256, tpot_ms=PACED_TPOT_MS)
+        with profiled(pids["service"], profile(args, "relay-paced")):
+            runs = await relay(asker, classes, meter, 120, 2, 1)
+        result["relay_paced"] = runs | cost(runs["through"], per_question)
+        print(f"  relay 120, paced at {PACED_TPOT_MS} ms a token: {relay_line(result['relay_paced'])}", flush=True)
+        configure_fake(fake, answer_tokens=128, tpot_ms=0)
         result["burst"] = await burst(asker, burst_class, meter)
         print(f"  burst of 30: {burst_line(result['burst'])}", flush=True)
     return result
+
+
+def profile(args: argparse.Namespace, phase: str) -> Path | None:
+    return None if args.profile_dir is None else args.profile_dir / f"{args.label}-{phase}.speedscope.json"
 
 
 def line(seq: dict[str, Any]) -> str:
@@ -509,13 +574,15 @@ def report(files: list[Path]) -> str:
         return f"{dist(seq['through']['ttft_ms'], key) - dist(seq['direct']['ttft_ms'], key):+.2f} ms"
 
     def tps(m: dict[str, Any], streams: str, path: str) -> str:
-        return f"{median([x['tokens_per_s'] for x in m['relay'][streams][path]]):,.0f}"
+        runs = m["relay_paced"][path] if streams == "paced" else m["relay"][streams][path]
+        return f"{median([x['tokens_per_s'] for x in runs]):,.0f}"
 
     def burst(m: dict[str, Any]) -> str:
         return " / ".join(f"{b['last_first_token_ms'] or float('nan'):.0f} ms" for b in m["burst"])
 
     def errors(m: dict[str, Any]) -> str:
         through = [*m["burst"], *m["relay"]["30"]["through"], *m["relay"]["120"]["through"], m["sequential"]["through"]]
+        through += m["relay_paced"]["through"] if "relay_paced" in m else []
         return str(sum(sum(x["errors"].values()) for x in through))
 
     lines = [
@@ -540,6 +607,13 @@ def report(files: list[Path]) -> str:
         row("tokens/s, 120 at once, through", lambda m: tps(m, "120", "through")),
         row("tokens an SSE event, 120 at once, through", lambda m: "{:.1f}".format(
             median([x["tokens_per_event"] for x in m["relay"]["120"]["through"]]))),
+        row(f"paced at {PACED_TPOT_MS} ms a token, 120 at once: tokens/s direct / through", lambda m: (
+            f"{tps(m, 'paced', 'direct')} / {tps(m, 'paced', 'through')}" if "relay_paced" in m else "–")),
+        row("paced: service CPU a streamed token", lambda m: (
+            f"{m['relay_paced']['cpu_us_per_token']:.1f} µs" if "relay_paced" in m else "–")),
+        row("paced: gap between events through, p50 / p95", lambda m: "{:.2f} / {:.2f} ms".format(
+            median([dist(x["gap_ms"], "p50") for x in m["relay_paced"]["through"]]),
+            median([dist(x["gap_ms"], "p95") for x in m["relay_paced"]["through"]])) if "relay_paced" in m else "–"),
         row("burst of 30: last first token, 1st / 2nd", burst),
         row("errors through the service (all runs)", errors),
     ]  # fmt: skip
@@ -559,8 +633,12 @@ def main() -> None:
     parser.add_argument("--sequential", type=int, default=200, help="questions one at a time, per path")
     parser.add_argument("--per-stream", type=int, default=4, help="questions each pupil asks in a relay run")
     parser.add_argument("--repeats", type=int, default=2, help="relay runs per path, alternating")
+    parser.add_argument("--profile-dir", type=Path, help="py-spy the service instead; its figures are not saved")
     args = parser.parse_args()  # fmt: skip
     result = run(args)
+    if args.profile_dir is not None:
+        print(f"profiles in {args.profile_dir}")
+        return
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"gateway-{args.label}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -20,6 +20,8 @@ from service.settings import AuthSettings, Settings
 from service.store import Store, connect, new_id
 
 MIN_PASSWORD_CHARS = 10
+# Pupils' sessions a process remembers for their questions (a school's worth; the oldest seen go first).
+REMEMBERED_PUPILS = 20_000
 # A hash to verify against when the email is unknown, so a wrong email costs as long as a wrong password.
 _hasher = PasswordHasher()
 _DUMMY_HASH = _hasher.hash("not a password of anyone")
@@ -30,6 +32,7 @@ class Accounts:
         self._store = store
         self._teacher_lifetime = timedelta(hours=auth.teacher_session_hours)
         self._pupil_lifetime = timedelta(hours=auth.pupil_session_hours)
+        self._asking: dict[str, PupilSession] = {}
 
     async def add_teacher(self, email: str, name: str, password: str) -> Teacher:
         email = email.strip().lower()
@@ -78,6 +81,22 @@ class Accounts:
         if session is None:
             raise SessionExpired(pupil=True)
         return session
+
+    async def asking_pupil(self, token: str | None) -> PupilSession:
+        """The pupil behind a question. A session never changes while it lasts, so this process keeps those it
+        has read; that it still lasts is checked where the question is admitted (`Store.admit_question`), in
+        the same round trip to Redis that stores the question."""
+        session = self._asking.get(token) if token else None
+        if session is None:
+            session = await self.pupil(token)
+            if len(self._asking) >= REMEMBERED_PUPILS:
+                del self._asking[next(iter(self._asking))]
+            self._asking[token or ""] = session
+        return session
+
+    def forget_pupil(self, token: str) -> None:
+        """The session ended (the pupil left, or it expired): ask Redis again next time."""
+        self._asking.pop(token, None)
 
 
 async def add_teacher(settings: Settings, email: str, name: str, password: str) -> Teacher:

@@ -1,8 +1,11 @@
-"""The FastAPI app factory: `uvicorn --factory service.app:create_app`."""
+"""The FastAPI app factory (`uvicorn --factory service.app:create_app`), and the uvicorn that serves it."""
 
+import os
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import uvicorn
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -28,3 +31,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.templates = Jinja2Templates(directory=settings.frontend_dir / "templates")
     app.mount("/static", StaticFiles(directory=settings.frontend_dir / "static"), name="static")
     return app
+
+
+def serve(settings: Settings, workers: int | None = None) -> None:
+    """The service under uvicorn, on uvloop and httptools (the fastest loop and HTTP parser it has), in
+    `workers` processes (default: the settings' count) behind one port. More than one worker read their
+    settings from the environment, as this process did, and add up their metrics through a folder of their
+    own (service/worker_metrics.py)."""
+    count = workers or settings.api.resolved_workers(os.cpu_count() or 1)
+    api = settings.api
+    if count == 1:
+        uvicorn.run(
+            create_app(settings),
+            host=api.host,
+            port=api.port,
+            loop="uvloop",
+            http="httptools",
+            access_log=api.access_log,
+        )
+        return
+    folder = (settings.state_dir / "run" / f"metrics-{api.port}").resolve()
+    shutil.rmtree(folder, ignore_errors=True)  # a dead run's sockets
+    folder.mkdir(parents=True)
+    os.environ["CLASSROOM_API__METRICS_DIR"] = str(folder)
+    uvicorn.run(
+        "service.app:create_app",
+        factory=True,
+        workers=count,
+        host=api.host,
+        port=api.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=api.access_log,
+    )

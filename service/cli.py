@@ -5,7 +5,6 @@ from pathlib import Path
 from typing import Annotated, get_args
 
 import typer
-import uvicorn
 
 from loadtest.cli import app as loadtest_app
 from service import capacity as cap
@@ -58,12 +57,16 @@ def up(ctx: typer.Context) -> None:
 
 
 @app.command()
-def serve(ctx: typer.Context) -> None:
+def serve(
+    ctx: typer.Context,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="service processes behind the port (default: the settings')")
+    ] = None,
+) -> None:
     """Only the service (Redis and vLLM already running where the settings say)."""
-    from service.app import create_app
+    from service.app import serve as serve_app
 
-    settings = _settings(ctx)
-    uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port)
+    serve_app(_settings(ctx), workers)
 
 
 @model_app.command("prepare")

@@ -1,5 +1,6 @@
 """Dependencies as Annotated aliases: routes name what they need; lifespan built it; each check that
-can fail raises an error with a sentence the user can act on."""
+can fail raises an error with a sentence the user can act on. Each is `async def`, even with nothing to
+await: FastAPI runs a plain `def` dependency in a worker thread, a thread hop on every request."""
 
 import secrets
 from typing import Annotated
@@ -25,7 +26,7 @@ def set_session_cookie(response: Response, name: str, token: str, hours: float, 
     response.set_cookie(name, token, max_age=int(hours * 3600), httponly=True, samesite="lax", secure=secure)
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
 
@@ -33,27 +34,27 @@ def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-def get_store(services: ServicesDep) -> Store:
+async def get_store(services: ServicesDep) -> Store:
     return services.store
 
 
-def get_accounts(services: ServicesDep) -> Accounts:
+async def get_accounts(services: ServicesDep) -> Accounts:
     return services.accounts
 
 
-def get_prompts(services: ServicesDep) -> Prompts:
+async def get_prompts(services: ServicesDep) -> Prompts:
     return services.prompts
 
 
-def get_passages(services: ServicesDep) -> Passages:
+async def get_passages(services: ServicesDep) -> Passages:
     return services.passages
 
 
-def get_answering(services: ServicesDep) -> Answering:
+async def get_answering(services: ServicesDep) -> Answering:
     return services.answering
 
 
-def get_templates(request: Request) -> Jinja2Templates:
+async def get_templates(request: Request) -> Jinja2Templates:
     templates: Jinja2Templates = request.app.state.templates
     return templates
 
@@ -97,7 +98,7 @@ async def current_pupil(request: Request, accounts: AccountsDep) -> PupilSession
 CurrentPupil = Annotated[PupilSession, Depends(current_pupil)]
 
 
-def operator(request: Request, services: ServicesDep) -> None:
+async def operator(request: Request, services: ServicesDep) -> None:
     expected = services.settings.auth.operator_token.get_secret_value()
     given = _bearer(request) or ""
     if not secrets.compare_digest(given.encode(), expected.encode()):

@@ -81,12 +81,14 @@ class Fleet:
         """One client per replica, kept for the process's life: a stream in flight keeps using its own."""
         if url not in self._clients:
             backend = self._settings.backend
+            timeout = Timeout(backend.read_timeout_s, connect=backend.connect_timeout_s)
+            # For warm-up; pupils' answers stream through service/upstream.py.
             self._clients[url] = AsyncOpenAI(
                 base_url=url,
                 api_key=backend.api_key.get_secret_value(),
                 # No retries: the next replica is tried instead, and a pupil hears at once if none is left.
                 max_retries=0,
-                timeout=Timeout(backend.read_timeout_s, connect=backend.connect_timeout_s),
+                timeout=timeout,
             )
         return self._clients[url]
 

@@ -55,10 +55,17 @@ class Prompts:
     def system_message(self, title: str, text: str) -> str:
         return self._system.render(title=title, text=text)
 
+    def question_message(self, question: str) -> str:
+        return self._question.render(question=question)
+
     def messages(self, title: str, text: str, question: str) -> list[ChatCompletionMessageParam]:
+        return self.chat(self.system_message(title, text), question)
+
+    def chat(self, system_message: str, question: str) -> list[ChatCompletionMessageParam]:
+        """The messages of one question, its passage's system message already rendered."""
         return [
-            {"role": "system", "content": self.system_message(title, text)},
-            {"role": "user", "content": self._question.render(question=question)},
+            {"role": "system", "content": system_message},
+            {"role": "user", "content": self.question_message(question)},
         ]
 
     def passage_tokens(self, title: str, text: str) -> int:
@@ -83,6 +90,10 @@ class Prompts:
                 f"Your question is too long ({len(question)} letters; the most is {self.question_max_chars}). "
                 "Please ask it in fewer words."
             )
+        # Every token is at least one byte of UTF-8: a question of no more bytes than the budget fits without
+        # being counted (most do), and counting costs more than anything else about a question.
+        if len(question.encode()) <= self.question_max_tokens:
+            return
         tokens = self.tokenizer.count(question)
         if tokens > self.question_max_tokens:
             raise QuestionTooLong(tokens, self.question_max_tokens)

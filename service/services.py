@@ -1,9 +1,9 @@
 """The long-lived objects of one service process, built once at start-up and closed at shutdown."""
 
+import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
@@ -11,14 +11,16 @@ from redis.asyncio import Redis
 from service.accounts import Accounts
 from service.answering import Answering
 from service.backends import BackendConfig
+from service.classes import ClassCache
 from service.fleet import Fleet
 from service.metrics import Metrics, ReplicaHealthCollector
 from service.model.prepare import ModelManifest, read_manifest
 from service.passages import Passages
 from service.prompting import Prompts
-from service.ratelimit import QuestionRateLimit
+from service.scrape import Scrape
 from service.settings import Settings
-from service.store import Store, connect
+from service.store import RateLimit, Store, connect
+from service.upstream import Upstream
 from service.warmup import Warmup
 
 
@@ -33,6 +35,7 @@ class Services:
     warmup: Warmup
     passages: Passages
     metrics: Metrics
+    scrape: Scrape
     answering: Answering
     model: ModelManifest | None
 
@@ -45,43 +48,62 @@ def declared_backends(settings: Settings) -> BackendConfig:
 @asynccontextmanager
 async def open_services(settings: Settings) -> AsyncIterator[Services]:
     prompts = Prompts.from_settings(settings)
-    redis = connect(settings.redis.url)
+    redis = connect(settings.redis.url, settings.redis.max_connections)
     store = Store(redis)
     fleet = Fleet(store, settings, declared_backends(settings))
     registry = CollectorRegistry()
     metrics = Metrics(registry)
-    registry.register(ReplicaHealthCollector(fleet))
+    scrape = Scrape(registry, ReplicaHealthCollector(fleet), settings.api.metrics_dir)
     model = settings.backend.served_model_name
-    warmup = Warmup(store, prompts, fleet, model=model, max_passages=settings.routing.warmup_max_passages)
-    if settings.routing.warmup:
-        fleet.on_change(warmup.fleet_changed)
-    answering = Answering(
+    routing = settings.routing
+    warmup = Warmup(
         store,
         prompts,
         fleet,
+        model=model,
+        max_passages=routing.warmup_max_passages,
+        # Long enough for every worker to have seen a change, short enough that a replica back from a
+        # restart is warmed again.
+        claim_s=2 * routing.probe_interval_s + routing.config_poll_s,
+    )
+    if settings.routing.warmup:
+        fleet.on_change(warmup.fleet_changed)
+    accounts = Accounts(store, settings.auth)
+    upstream = Upstream(settings.backend)
+    answering = Answering(
+        store,
+        prompts,
+        ClassCache(store, prompts),
+        accounts,
+        fleet,
+        upstream,
         metrics,
-        QuestionRateLimit(redis, settings.redis.url, settings.limits.questions_per_minute),
         model=model,
         max_tokens=settings.answer.max_tokens,
         temperature=settings.answer.temperature,
-        longest_answer=timedelta(seconds=settings.answer.longest_s),
+        rate=RateLimit(most=settings.limits.questions_per_minute),
+        longest_answer_s=math.ceil(settings.answer.longest_s),
     )
-    await fleet.start()
     try:
+        await fleet.start()
+        await scrape.start()
         yield Services(
             settings=settings,
             redis=redis,
             store=store,
-            accounts=Accounts(store, settings.auth),
+            accounts=accounts,
             prompts=prompts,
             fleet=fleet,
             warmup=warmup,
             passages=Passages(store, prompts, warmup if settings.routing.warmup else None),
             metrics=metrics,
+            scrape=scrape,
             answering=answering,
             model=read_manifest(settings.model.dir),
         )
     finally:
+        await scrape.close()
         await warmup.close()
+        await upstream.close()
         await fleet.close()
         await redis.aclose()

@@ -19,10 +19,23 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8000
+    # Service processes behind the one port (state is in Redis). 0: one for every four cores, 1 to 4, so that
+    # vLLM's own API server and engine keep theirs (`classroom up` runs them on the same machine).
+    workers: int = Field(default=0, ge=0)
+    # A log line for every request: off, nobody reads them and they cost CPU on the hot path.
+    access_log: bool = False
+    # Where worker processes meet to add up their metrics (set by `classroom serve` for more than one).
+    metrics_dir: Path | None = None
+
+    def resolved_workers(self, cores: int) -> int:
+        return self.workers or max(1, min(4, cores // 4))
 
 
 class RedisSettings(BaseModel):
     url: str = "redis://127.0.0.1:6390/0"
+    # Connections of one service process; a command waits for a free one. Each teacher's live page holds
+    # one for as long as it is open; a question borrows one for a round trip.
+    max_connections: int = 500
 
     @property
     def port(self) -> int:

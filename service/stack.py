@@ -5,10 +5,8 @@ import secrets
 from collections.abc import Callable
 from contextlib import ExitStack
 
-import uvicorn
-
 from service.accounts import Accounts
-from service.app import create_app
+from service.app import serve
 from service.backend import server as vllm_server
 from service.backend.flags import detect_device
 from service.backend.venv import ensure_vllm_venv
@@ -77,4 +75,4 @@ def run_stack(settings: Settings, say: Callable[[str], None]) -> None:
             say(f"Teachers sign in at {url}/teacher as {asyncio.run(_demo_teacher(settings))}")
         say(f"Pupils join at {url}/ with a class's code. API docs: {url}/docs")
         say(f"\nclassroom-assistant is up at {url}/. Ctrl-C stops it all.\n")
-        uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port, log_level="info")
+        serve(settings)

@@ -10,18 +10,21 @@ Keys:
     joincode:{code}                       classroom id
     cls:{id}:passages                     list of passage ids, oldest first
     cls:{id}:active_passage               passage id that pupils ask about
+    cls:{id}:version                      bumped by every write to the class, its passages or its active one
     passage:{id}                          Passage
     q:{id}                                QuestionRecord
     cls:{id}:questions                    sorted set of question ids, by time asked (also below)
     cls:{id}:questions:pupil:{name}       the same, for one display name (lower case)
     passage:{id}:questions                the same, for one passage
     pupil:{id}:questions                  the same, for one pupil session: their own history
-    pupil:{id}:answering                  set while that pupil's answer streams (one at a time)
+    pupil:{id}:answering                  the question id whose answer streams (one at a time), expiring
+    pupil:{id}:asked                      when the pupil's last questions were admitted (the rate limit)
     cls:{id}:events                       pub/sub channel: questions asked and answered, for the teacher
     classrooms                            set of every classroom id (for warming active passages)
     questions:recent                      sorted set of question ids of the last day, by time (operators' figures)
     backends:config                       BackendConfig: variants, replicas, active variant, canary
     passage:{id}:warmed                   replica URLs where the passage was last sent ahead of pupils
+    warmup:fleet:{digest}                 set, briefly, by the process that re-warms for one state of the fleet
 """
 
 import hashlib
@@ -29,10 +32,11 @@ import json
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -48,6 +52,16 @@ JOIN_CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
 JOIN_CODE_LENGTH = 8
 # How far back operators' figures reach: the recent-questions index keeps a day.
 RECENT_S = 24 * 3600
+# How long a command waits for a free connection of the pool before it fails.
+POOL_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most `most` questions admitted per pupil within any `window_s` seconds."""
+
+    most: int
+    window_s: int = 60
 
 
 class Keys:
@@ -88,6 +102,10 @@ class Keys:
         return f"cls:{classroom_id}:active_passage"
 
     @staticmethod
+    def class_version(classroom_id: str) -> str:
+        return f"cls:{classroom_id}:version"
+
+    @staticmethod
     def passage(passage_id: str) -> str:
         return f"passage:{passage_id}"
 
@@ -116,6 +134,10 @@ class Keys:
         return f"pupil:{pupil_id}:answering"
 
     @staticmethod
+    def pupil_asked(pupil_id: str) -> str:
+        return f"pupil:{pupil_id}:asked"
+
+    @staticmethod
     def events(classroom_id: str) -> str:
         return f"cls:{classroom_id}:events"
 
@@ -132,8 +154,78 @@ class Keys:
         return f"passage:{passage_id}:warmed"
 
     @staticmethod
+    def fleet_warmup(fleet_state: str) -> str:
+        return f"warmup:fleet:{_digest(fleet_state)}"
+
+    @staticmethod
     def backend_config() -> str:
         return "backends:config"
+
+
+# A class's state in one atomic read: its version, the classroom and its active passage.
+# KEYS: version, classroom, active passage id. ARGV: the passage key's prefix.
+CLASS_STATE = """
+local passage_id = redis.call('GET', KEYS[3])
+local passage = false
+if passage_id then passage = redis.call('GET', ARGV[1] .. passage_id) end
+return {redis.call('GET', KEYS[1]) or '0', redis.call('GET', KEYS[2]), passage}
+"""
+
+# A question's admission in one atomic step, so a question costs one round trip before the model is asked:
+# the session still exists, the class is as the caller read it (else 'stale': read it again), the pupil has no
+# other answer streaming, is within the rate limit (a moving window: the times of their last admitted
+# questions), and the question is stored and announced. Run twice (a reply lost to a Redis restart and the
+# command retried), it admits once.
+# KEYS: 1 session, 2 class version, 3 pupil answering, 4 pupil asked, 5 question, 6 class questions,
+#       7 by name, 8 passage questions, 9 pupil questions, 10 recent questions, 11 class events.
+# ARGV: 1 expected version, 2 now (s), 3 window (s), 4 most questions in it, 5 longest answer (s),
+#       6 record JSON, 7 question id, 8 its score (asked at), 9 oldest recent score kept.
+ADMIT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {'no_session'} end
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {'stale'} end
+if redis.call('GET', KEYS[3]) == ARGV[7] then return {'ok'} end
+if not redis.call('SET', KEYS[3], ARGV[7], 'NX', 'EX', ARGV[5]) then return {'busy'} end
+local most = tonumber(ARGV[4])
+local oldest = redis.call('LINDEX', KEYS[4], most - 1)
+if oldest and tonumber(oldest) > tonumber(ARGV[2]) - tonumber(ARGV[3]) then
+  redis.call('DEL', KEYS[3])
+  return {'limited', oldest}
+end
+redis.call('LPUSH', KEYS[4], ARGV[2])
+redis.call('LTRIM', KEYS[4], 0, most - 1)
+redis.call('EXPIRE', KEYS[4], ARGV[3])
+redis.call('SET', KEYS[5], ARGV[6])
+for i = 6, 10 do redis.call('ZADD', KEYS[i], ARGV[8], ARGV[7]) end
+redis.call('ZREMRANGEBYSCORE', KEYS[10], 0, ARGV[9])
+redis.call('PUBLISH', KEYS[11], ARGV[6])
+return {'ok'}
+"""
+
+# A question's final record stored and announced, and the pupil free to ask again (if the claim is still theirs).
+# KEYS: question, class events, pupil answering. ARGV: record JSON, question id.
+FINISH = """
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('PUBLISH', KEYS[2], ARGV[1])
+if redis.call('GET', KEYS[3]) == ARGV[2] then redis.call('DEL', KEYS[3]) end
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class ClassState:
+    """A class as one atomic read found it, with the version that every write to it bumps."""
+
+    version: int
+    classroom: Classroom
+    passage: Passage | None
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the admission of a question decided."""
+
+    outcome: Literal["ok", "no_session", "stale", "busy", "limited"]
+    retry_after_s: float = 0.0
 
 
 def _digest(token: str) -> str:
@@ -169,19 +261,26 @@ def normalize_join_code(typed: str) -> str:
     return f"{compact[:4]}-{compact[4:]}" if len(compact) == JOIN_CODE_LENGTH else compact
 
 
-def connect(url: str) -> Redis:
+def connect(url: str, max_connections: int = 50) -> Redis:
     """A client that rides out a Redis restart: a command that meets a dropped connection is retried on a
-    new one for about 5 s, so a pupil's question waits through a restart instead of failing."""
-    return Redis.from_url(
+    new one for about 5 s, so a pupil's question waits through a restart instead of failing. When all
+    `max_connections` are busy (a class's burst), a command waits for one instead of failing."""
+    pool = BlockingConnectionPool.from_url(
         url,
+        max_connections=max_connections,
+        timeout=POOL_WAIT_S,
         retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=1.0), retries=10),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
     )
+    return Redis.from_pool(pool)  # closing the client closes its pool
 
 
 class Store:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
+        self._class_state = redis.register_script(CLASS_STATE)
+        self._admit = redis.register_script(ADMIT)
+        self._finish = redis.register_script(FINISH)
 
     # Teachers and their sessions
 
@@ -226,13 +325,6 @@ class Store:
     async def end_pupil_session(self, token: str) -> None:
         await self.redis.delete(Keys.pupil_session(token))
 
-    async def claim_answering(self, pupil_id: str, lifetime: timedelta) -> bool:
-        """One answer at a time per pupil. Expires by itself should a process die mid-answer."""
-        return bool(await self.redis.set(Keys.pupil_answering(pupil_id), "1", nx=True, ex=lifetime))
-
-    async def release_answering(self, pupil_id: str) -> None:
-        await self.redis.delete(Keys.pupil_answering(pupil_id))
-
     # Classrooms
 
     async def create_classroom(self, teacher_id: str, name: str) -> Classroom:
@@ -256,7 +348,21 @@ class Store:
         return Classroom.model_validate_json(raw)
 
     async def save_classroom(self, classroom: Classroom) -> None:
-        await self.redis.set(Keys.classroom(classroom.id), classroom.model_dump_json())
+        async with self.redis.pipeline(transaction=True) as tx:
+            tx.set(Keys.classroom(classroom.id), classroom.model_dump_json())
+            tx.incr(Keys.class_version(classroom.id))
+            await tx.execute()
+
+    async def class_state(self, classroom_id: str) -> ClassState:
+        keys = [Keys.class_version(classroom_id), Keys.classroom(classroom_id), Keys.active_passage(classroom_id)]
+        version, classroom, passage = await self._class_state(keys=keys, args=[Keys.passage("")])
+        if classroom is None:
+            raise ClassroomNotFound(classroom_id)
+        return ClassState(
+            version=int(version),
+            classroom=Classroom.model_validate_json(classroom),
+            passage=None if passage is None else Passage.model_validate_json(passage),
+        )
 
     async def classroom_by_join_code(self, code: str) -> Classroom | None:
         classroom_id = await self.redis.get(Keys.join_code(normalize_join_code(code)))
@@ -276,6 +382,7 @@ class Store:
             tx.set(Keys.passage(passage.id), passage.model_dump_json())
             tx.rpush(Keys.passages(passage.classroom_id), passage.id)
             tx.set(Keys.active_passage(passage.classroom_id), passage.id)
+            tx.incr(Keys.class_version(passage.classroom_id))
             await tx.execute()
 
     async def get_passage(self, passage_id: str) -> Passage | None:
@@ -283,7 +390,10 @@ class Store:
         return None if raw is None else Passage.model_validate_json(raw)
 
     async def set_active_passage(self, classroom_id: str, passage_id: str) -> None:
-        await self.redis.set(Keys.active_passage(classroom_id), passage_id)
+        async with self.redis.pipeline(transaction=True) as tx:
+            tx.set(Keys.active_passage(classroom_id), passage_id)
+            tx.incr(Keys.class_version(classroom_id))
+            await tx.execute()
 
     async def active_passage_id(self, classroom_id: str) -> str | None:
         passage_id = await self.redis.get(Keys.active_passage(classroom_id))
@@ -300,24 +410,36 @@ class Store:
 
     # Questions
 
-    async def add_question(self, record: QuestionRecord) -> None:
-        score = {record.id: record.asked_at.timestamp()}
-        async with self.redis.pipeline(transaction=True) as tx:
-            tx.set(Keys.question(record.id), record.model_dump_json())
-            tx.zadd(Keys.questions(record.classroom_id), score)
-            tx.zadd(Keys.questions_by_name(record.classroom_id, record.pupil), score)
-            tx.zadd(Keys.passage_questions(record.passage_id), score)
-            tx.zadd(Keys.pupil_questions(record.pupil_id), score)
-            tx.zadd(Keys.recent_questions(), score)
-            tx.zremrangebyscore(Keys.recent_questions(), 0, record.asked_at.timestamp() - RECENT_S)
-            tx.publish(Keys.events(record.classroom_id), record.model_dump_json())
-            await tx.execute()
+    async def admit_question(
+        self, session_token: str, record: QuestionRecord, class_version: int, rate: RateLimit, longest_answer_s: int
+    ) -> Admission:
+        """Admit and store a pupil's question in one atomic step (ADMIT says what it checks)."""
+        asked = record.asked_at.timestamp()
+        keys = [
+            Keys.pupil_session(session_token),
+            Keys.class_version(record.classroom_id),
+            Keys.pupil_answering(record.pupil_id),
+            Keys.pupil_asked(record.pupil_id),
+            Keys.question(record.id),
+            Keys.questions(record.classroom_id),
+            Keys.questions_by_name(record.classroom_id, record.pupil),
+            Keys.passage_questions(record.passage_id),
+            Keys.pupil_questions(record.pupil_id),
+            Keys.recent_questions(),
+            Keys.events(record.classroom_id),
+        ]
+        args: list[str | float] = [class_version, asked, rate.window_s, rate.most, longest_answer_s]
+        args += [record.model_dump_json(), record.id, asked, asked - RECENT_S]
+        outcome, *rest = await self._admit(keys=keys, args=args)
+        decided = _text(outcome)
+        if decided == "limited":
+            return Admission("limited", retry_after_s=float(rest[0]) + rate.window_s - asked)
+        return Admission(decided)  # type: ignore[arg-type]  # the script answers only the outcomes named
 
-    async def save_question(self, record: QuestionRecord) -> None:
-        async with self.redis.pipeline(transaction=True) as tx:
-            tx.set(Keys.question(record.id), record.model_dump_json())
-            tx.publish(Keys.events(record.classroom_id), record.model_dump_json())
-            await tx.execute()
+    async def finish_question(self, record: QuestionRecord) -> None:
+        """Store a question's final record, tell the teacher's page, and let the pupil ask again."""
+        keys = [Keys.question(record.id), Keys.events(record.classroom_id), Keys.pupil_answering(record.pupil_id)]
+        await self._finish(keys=keys, args=[record.model_dump_json(), record.id])
 
     async def get_question(self, question_id: str) -> QuestionRecord | None:
         raw = await self.redis.get(Keys.question(question_id))
@@ -404,6 +526,11 @@ class Store:
 
     async def set_warmed(self, passage_id: str, replicas: list[str]) -> None:
         await self.redis.set(Keys.warmed(passage_id), json.dumps(replicas))
+
+    async def claim_fleet_warmup(self, fleet_state: str, seconds: float) -> bool:
+        """True for the first process to ask for this state of the fleet within `seconds`: one re-warm for a
+        change that every worker process of the service sees."""
+        return bool(await self.redis.set(Keys.fleet_warmup(fleet_state), "1", nx=True, px=int(seconds * 1000)))
 
     async def warmed(self, passage_id: str) -> list[str]:
         raw = await self.redis.get(Keys.warmed(passage_id))

@@ -23,8 +23,11 @@ log = logging.getLogger(__name__)
 
 
 class Warmup:
-    def __init__(self, store: Store, prompts: Prompts, fleet: Fleet, *, model: str, max_passages: int) -> None:
+    def __init__(
+        self, store: Store, prompts: Prompts, fleet: Fleet, *, model: str, max_passages: int, claim_s: float
+    ) -> None:
         self._store = store
+        self._claim_s = claim_s
         self._prompts = prompts
         self._fleet = fleet
         self._model = model
@@ -79,6 +82,10 @@ class Warmup:
             self._rewarm = None
 
     async def _warm_all(self) -> None:
+        # Every worker process sees the same change within a probe or two; the first to claim it re-warms.
+        fleet_state = f"{self._fleet.config.version} {sorted(self._fleet.healthy())}"
+        if not await self._store.claim_fleet_warmup(fleet_state, self._claim_s):
+            return
         for passage in await self._store.active_passages_by_recency(self._max_passages):
             await self.warm(passage)
 

@@ -6,10 +6,13 @@ that need a fault the real servers cannot produce build their own fake, and say 
 
 import itertools
 import json
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import closing
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -165,6 +168,64 @@ class ServerThread:
     def __exit__(self, *_: object) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+
+
+@dataclass(frozen=True)
+class RunningService:
+    url: str
+    log: Path
+    metrics_dir: Path  # where its workers meet (service/scrape.py)
+
+
+@contextmanager
+def service_process(settings: Settings, workers: int = 1) -> Iterator[RunningService]:
+    """The service as deployed: `classroom serve` in a process (or `workers` processes) of its own, its
+    settings from the environment; ready once /readyz says it can answer."""
+    port = free_port()
+    env = dict(os.environ) | {
+        "CLASSROOM_REDIS__URL": settings.redis.url,
+        "CLASSROOM_BACKEND__BASE_URL": settings.backend.base_url,
+        "CLASSROOM_MODEL__DIR": str(settings.model.dir),
+        "CLASSROOM_STATE_DIR": str(settings.state_dir),
+        "CLASSROOM_ANSWER__MAX_TOKENS": str(settings.answer.max_tokens),
+        "CLASSROOM_LIMITS__QUESTIONS_PER_MINUTE": str(settings.limits.questions_per_minute),
+        "CLASSROOM_API__PORT": str(port),
+    }
+    argv = [str(Path(sys.executable).with_name("classroom")), "serve", "--workers", str(workers)]
+    process = ManagedProcess("the service", argv, STATE / "logs" / f"service-{port}.log", env=env)
+    process.start()
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        process.wait_until(ready, 60)
+        yield RunningService(url, process.log_path, settings.state_dir / "run" / f"metrics-{port}")
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="session")
+def instant_vllm() -> Iterator[str]:
+    """loadtest.fake_vllm: vLLM's stream, answered at once (no real vLLM is that fast); its base URL."""
+    port = free_port()
+    argv = [sys.executable, "-m", "loadtest.fake_vllm", "--port", str(port)]
+    process = ManagedProcess("the instant fake vLLM", argv, STATE / "logs" / f"fake-vllm-{port}.log")
+    process.start()
+
+    def ready() -> bool:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    process.wait_until(ready, 30)
+    yield f"http://127.0.0.1:{port}/v1"
+    process.stop()
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 from httpx_sse import connect_sse
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.accounts import add_teacher
 from service.settings import Settings
@@ -143,3 +144,14 @@ def wait_until_warmed(teacher: httpx.Client, classroom_id: str, timeout_s: float
             return warmed
         time.sleep(0.2)
     raise AssertionError("the active passage was never warmed")
+
+
+def metric_samples(text: str, classroom_id: str) -> dict[tuple[str, str], float]:
+    """(metric, outcome) -> value, for the one classroom's series."""
+    samples: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("classroom") == classroom_id:
+                key = (sample.name, sample.labels.get("outcome", ""))
+                samples[key] = samples.get(key, 0.0) + sample.value
+    return samples

@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import yaml
 from httpx_sse import connect_sse
-from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from service.app import create_app
@@ -27,6 +26,7 @@ from tests.helpers import (
     ask_streaming,
     create_classroom,
     joined_pupil,
+    metric_samples,
     operator_headers,
     passage_text,
     signed_in_teacher,
@@ -184,17 +184,6 @@ def test_every_process_follows_a_switch_and_bad_changes_are_refused(
         switched = first.put("/api/operator/backends/active", json={"variant": "fp8"}).json()["config"]
         assert switched["active"] == "fp8" and switched["canary"] is None  # the canary became the active one
         second.close()
-
-
-def metric_samples(text: str, classroom_id: str) -> dict[tuple[str, str], float]:
-    """(metric, outcome) -> value, for the one classroom's series."""
-    samples: dict[tuple[str, str], float] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.labels.get("classroom") == classroom_id:
-                key = (sample.name, sample.labels.get("outcome", ""))
-                samples[key] = samples.get(key, 0.0) + sample.value
-    return samples
 
 
 def test_metrics_agree_with_the_stored_records(teacher: httpx.Client, join: Join, service: str) -> None:

@@ -4,8 +4,8 @@ the real Redis (a database of this test's own, so other tests' classrooms do not
 import asyncio
 from datetime import timedelta
 
-from service.records import Passage, QuestionRecord, utcnow
-from service.store import Store, connect, new_id
+from service.records import Passage, PupilSession, QuestionRecord, utcnow
+from service.store import RateLimit, Store, connect, new_id
 
 OWN_DATABASE = 7
 
@@ -17,19 +17,21 @@ async def _passage(store: Store, classroom_id: str, age: timedelta) -> None:
 
 
 async def _question(store: Store, classroom_id: str, age: timedelta) -> None:
-    passage_id = await store.active_passage_id(classroom_id)
-    assert passage_id is not None
-    await store.add_question(
-        QuestionRecord(
-            id=new_id(),
-            classroom_id=classroom_id,
-            passage_id=passage_id,
-            pupil_id=new_id(),
-            pupil="Ada",
-            question="Why?",
-            asked_at=utcnow() - age,
-        )  # fmt: skip
+    state = await store.class_state(classroom_id)
+    assert state.passage is not None
+    pupil = PupilSession(pupil_id=new_id(), classroom_id=classroom_id, name="Ada")
+    token = await store.start_pupil_session(pupil, timedelta(hours=1))
+    record = QuestionRecord(
+        id=new_id(),
+        classroom_id=classroom_id,
+        passage_id=state.passage.id,
+        pupil_id=pupil.pupil_id,
+        pupil=pupil.name,
+        question="Why?",
+        asked_at=utcnow() - age,
     )
+    admitted = await store.admit_question(token, record, state.version, RateLimit(most=10), longest_answer_s=60)
+    assert admitted.outcome == "ok"
 
 
 async def _order(redis_url: str) -> tuple[list[str], list[str], dict[str, str]]:

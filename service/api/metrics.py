@@ -1,7 +1,7 @@
-"""Prometheus' scrape endpoint: this process's metrics (service.metrics)."""
+"""Prometheus' scrape endpoint: the service's metrics (service.metrics), over all its worker processes."""
 
 from fastapi import APIRouter, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.deps import ServicesDep
 
@@ -10,4 +10,4 @@ router = APIRouter(tags=["metrics"], include_in_schema=False)
 
 @router.get("/metrics")
 async def metrics(services: ServicesDep) -> Response:
-    return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(await services.scrape.text(), media_type=CONTENT_TYPE_LATEST)

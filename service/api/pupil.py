@@ -1,14 +1,14 @@
 """Pupils: join a class with its code, read its passage, ask, and watch the answer stream in."""
 
-import json
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 
+import orjson
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
-from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from service.answering import AnswerStream, Failed, Finished, Token
+from service.api.event_stream import EventStream
 from service.api.schemas import Answer, AskQuestion, Join, Joined, PassageView, PupilView, QuestionList
 from service.deps import (
     PUPIL_COOKIE,
@@ -23,9 +23,6 @@ from service.deps import (
 router = APIRouter(tags=["pupil"])
 
 OWN_HISTORY_LIMIT = 200
-# Besides what sse-starlette sets (X-Accel-Buffering: no, Connection: keep-alive): no proxy may store or
-# transform (e.g. compress, which buffers) the stream.
-STREAM_HEADERS = {"Cache-Control": "no-store, no-transform"}
 
 
 @router.post("/api/join", status_code=201)
@@ -63,19 +60,22 @@ async def my_questions(pupil: CurrentPupil, store: StoreDep) -> QuestionList:
     return QuestionList(questions=await store.pupil_questions(pupil.pupil_id, OWN_HISTORY_LIMIT))
 
 
-async def sse_events(stream: AnswerStream) -> AsyncGenerator[ServerSentEvent]:
-    """`question` first, then `token`s, and always one final event: `done` or `error`."""
-    yield ServerSentEvent(event="question", data=json.dumps({"question_id": stream.record.id}))
+def _event(name: bytes, data: bytes) -> bytes:
+    return b"event: " + name + b"\ndata: " + data + b"\n\n"
+
+
+async def sse_events(stream: AnswerStream) -> AsyncGenerator[bytes]:
+    """`question` first, then `token`s, and always one final event: `done` or `error`. Encoded here, once
+    each: every token of every answer passes through."""
+    yield _event(b"question", orjson.dumps({"question_id": stream.record.id}))
     async with aclosing(stream.events()) as events:
         async for event in events:
-            match event:
-                case Token(text):
-                    yield ServerSentEvent(event="token", data=json.dumps({"text": text}))
-                case Finished(record):
-                    yield ServerSentEvent(event="done", data=Answer.of(record).model_dump_json())
-                case Failed(record, message):
-                    data = json.dumps({"question_id": record.id, "message": message})
-                    yield ServerSentEvent(event="error", data=data)
+            if isinstance(event, Token):
+                yield b"event: token\ndata: " + orjson.dumps({"text": event.text}) + b"\n\n"
+            elif isinstance(event, Finished):
+                yield _event(b"done", Answer.of(event.record).model_dump_json().encode())
+            elif isinstance(event, Failed):
+                yield _event(b"error", orjson.dumps({"question_id": event.record.id, "message": event.message}))
 
 
 @router.post(
@@ -86,14 +86,14 @@ async def sse_events(stream: AnswerStream) -> AsyncGenerator[ServerSentEvent]:
 async def ask(
     classroom_id: str,
     body: AskQuestion,
-    pupil: CurrentPupil,
     answering: AnsweringDep,
     services: ServicesDep,
     request: Request,
 ) -> object:
-    """Answers as Server-Sent Events; with `Accept: application/json`, as one JSON body."""
-    stream = await answering.ask(pupil, classroom_id, body.question)
+    """Answers as Server-Sent Events; with `Accept: application/json`, as one JSON body. (The pupil's session
+    is checked where the question is admitted: `Answering.ask`.)"""
+    stream = await answering.ask(request.cookies.get(PUPIL_COOKIE), classroom_id, body.question)
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:
         return JSONResponse(Answer.of(await stream.collect()).model_dump(mode="json"))
-    return EventSourceResponse(sse_events(stream), ping=services.settings.answer.keepalive_s, headers=STREAM_HEADERS)
+    return EventStream(sse_events(stream), keepalive_s=services.settings.answer.keepalive_s)

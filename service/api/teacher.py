@@ -8,7 +8,7 @@ from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from service import stats
-from service.api.pupil import STREAM_HEADERS
+from service.api.event_stream import STREAM_HEADERS
 from service.api.schemas import (
     AddPassage,
     ChooseActivePassage,

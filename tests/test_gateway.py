@@ -1,0 +1,172 @@
+"""The service in front of a backend faster than itself (benchmarks/gateway.py measures how fast): a class's
+burst gets every answer while other answers stream, a slow connection is not taken for a dead replica, and
+the instant fake vLLM that stands in for a fast GPU streams exactly as the real vLLM does."""
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Iterator
+from contextlib import closing
+from typing import Any
+
+import aiohttp
+import httpx
+import orjson
+import pytest
+
+from benchmarks.gateway import Answer, ask_service
+from service.settings import AnswerSettings, BackendSettings, Settings
+from service.upstream import ReplicaNotAnswering, ReplicaRefused, Upstream
+from tests.conftest import Vllm, isolated, service_process
+from tests.helpers import add_passage, create_classroom, joined_pupil, passage_text, signed_in_teacher, stored_questions
+
+
+def raw_stream(base_url: str, model: str) -> list[dict[str, Any] | str]:
+    body = {
+        "model": model,
+        "messages": [{"role": "system", "content": passage_text(60)}, {"role": "user", "content": "Why?"}],
+        "max_tokens": 5,
+        "min_tokens": 5,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with httpx.stream("POST", f"{base_url}/chat/completions", json=body, timeout=60) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["transfer-encoding"] == "chunked"
+        raw = response.read()
+    events = [e.removeprefix(b"data: ") for e in raw.split(b"\n\n") if e]
+    return [e.decode() if e == b"[DONE]" else orjson.loads(e) for e in events]
+
+
+def shape(event: dict[str, Any] | str) -> tuple[str, ...]:
+    """The keys of a chunk and of its choice and delta, and whether the finish reason is set."""
+    if isinstance(event, str):
+        return (event,)
+    choices = event["choices"]
+    keys = tuple(sorted(event))
+    if not choices:
+        return (*keys, "usage:", *sorted(event["usage"]), "details:", *sorted(event["usage"]["prompt_tokens_details"]))
+    [choice] = choices
+    return (*keys, "choice:", *sorted(choice), "delta:", *sorted(choice["delta"]), str(choice["finish_reason"]))
+
+
+def test_the_instant_fake_streams_in_the_real_vllms_shape(vllm: Vllm, instant_vllm: str) -> None:
+    real = raw_stream(vllm.base_url, vllm.model)
+    fake = raw_stream(instant_vllm, vllm.model)
+    # Role chunk, five token chunks (the last with its finish reason), the usage, [DONE]: key for key.
+    assert len(real) == len(fake) == 8
+    assert [shape(e) for e in fake] == [shape(e) for e in real]
+
+
+def busy_listener() -> Iterator[int]:
+    """A port whose listener never accepts and whose queue is full: a connection to it is never made."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port: int = listener.getsockname()[1]
+    waiting = []
+    for _ in range(3):
+        client = socket.socket()
+        client.setblocking(False)
+        try:
+            client.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        waiting.append(client)
+    yield port
+    for client in waiting:
+        client.close()
+    listener.close()
+
+
+@pytest.fixture()
+def unaccepting_port() -> Iterator[int]:
+    yield from busy_listener()
+
+
+def test_a_connection_not_made_in_time_is_not_a_refused_one(unaccepting_port: int) -> None:
+    """Only a refused connection marks a replica down (service/answering.py); one that is merely not made
+    within the connect timeout, as when this process's event loop runs late, leaves that to the prober."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        refusing = closed.getsockname()[1]  # bound, not listening: connections are refused
+
+    async def open_both() -> tuple[BaseException | None, BaseException | None]:
+        upstream = Upstream(BackendSettings(connect_timeout_s=0.3))
+        outcomes: list[BaseException | None] = []
+        try:
+            for port in (refusing, unaccepting_port):
+                try:
+                    await upstream.open(f"http://127.0.0.1:{port}/v1", b"{}")
+                    outcomes.append(None)
+                except Exception as exc:
+                    outcomes.append(exc)
+        finally:
+            await upstream.close()
+        return outcomes[0], outcomes[1]
+
+    refused, timed_out = asyncio.run(open_both())
+    assert isinstance(refused, ReplicaRefused)
+    assert isinstance(timed_out, ReplicaNotAnswering)
+
+
+async def _class_bursts_while_another_streams(
+    url: str, burst_cookies: list[str], streaming_cookies: list[str], ids: tuple[str, str]
+) -> tuple[list[list[Answer]], list[Answer]]:
+    """The benchmark's client (aiohttp): lean enough that the service, not the client, is the slowest part."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=60)
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()
+    ) as session:
+
+        def ask(classroom_id: str, cookie: str, question: str) -> Awaitable[Answer]:
+            body = orjson.dumps({"question": question})
+            return ask_service(session, f"{url}/api/classrooms/{classroom_id}/questions", cookie, body)
+
+        async def keep_asking(cookie: str) -> list[Answer]:
+            return [await ask(ids[1], cookie, f"More {n}?") for n in range(4)]
+
+        background = asyncio.gather(*(keep_asking(c) for c in streaming_cookies))
+        await asyncio.sleep(0.5)  # the other class's answers are streaming
+        bursts = []
+        for round_ in range(2):  # the whole class presses "ask" at once, twice
+            bursts.append(list(await asyncio.gather(*(ask(ids[0], c, f"Why {round_}?") for c in burst_cookies))))
+        others = [answer for answers in await background for answer in answers]
+        return bursts, others
+
+
+def test_a_class_pressing_ask_at_once_while_another_class_streams_gets_every_answer(
+    settings: Settings, instant_vllm: str
+) -> None:
+    """Against a backend that answers at once, the service is the slowest part: a burst of 30 while 30 other
+    answers stream must still find the replica up (no false 503) and answer everyone."""
+    own = isolated(
+        settings,
+        backend=settings.backend.model_copy(update={"base_url": instant_vllm}),
+        answer=AnswerSettings(max_tokens=256),
+    )
+    with service_process(own) as service, closing(signed_in_teacher(own, service.url)) as teacher:
+        url = service.url
+        made = []
+        for name in ("4B", "4C"):
+            classroom = create_classroom(teacher, name)
+            add_passage(teacher, classroom["id"], passage_text(1000))
+            pupils = [joined_pupil(url, classroom["join_code"], f"Pupil {i}") for i in range(30)]
+            made.append((classroom, ["; ".join(f"{k}={v}" for k, v in p.cookies.items()) for p in pupils]))
+            for pupil in pupils:
+                pupil.close()
+        (burst_class, burst_cookies), (other_class, other_cookies) = made
+        bursts, others = asyncio.run(
+            _class_bursts_while_another_streams(
+                url, burst_cookies, other_cookies, (burst_class["id"], other_class["id"])
+            )
+        )
+        for burst in bursts:
+            assert [a.error for a in burst] == [None] * 30, {a.error for a in burst}
+            assert [a.tokens for a in burst] == [256] * 30
+        assert [a.error for a in others] == [None] * 120, {a.error for a in others}
+        stored = stored_questions(teacher, burst_class["id"], limit="100")
+        assert len(stored) == 60 and {q["status"] for q in stored} == {"answered"}
+        assert len(stored_questions(teacher, other_class["id"], limit="200")) == 120
+        assert "is down" not in service.log.read_text()  # the replica was never taken for dead

@@ -1,0 +1,67 @@
+"""The service as several worker processes behind one port (`classroom serve --workers 2`), on the real
+Redis and vLLM: every worker answers pupils, and /metrics, whichever worker a scrape reaches, counts every
+stored question once (service/scrape.py)."""
+
+import socket
+import time
+from contextlib import closing
+from pathlib import Path
+
+import httpx
+
+from service.settings import Settings
+from tests.conftest import isolated, service_process
+from tests.helpers import (
+    add_passage,
+    ask_json,
+    create_classroom,
+    joined_pupil,
+    metric_samples,
+    passage_text,
+    signed_in_teacher,
+    stored_questions,
+)
+
+
+def worker_metrics(path: Path) -> str:
+    """What one worker alone counted, as it tells its siblings."""
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.connect(str(path))
+        chunks = []
+        while data := conn.recv(65536):
+            chunks.append(data)
+    return b"".join(chunks).decode()
+
+
+def answered(text: str, classroom_id: str) -> float:
+    return metric_samples(text, classroom_id).get(("classroom_questions_total", "answered"), 0.0)
+
+
+def test_two_workers_answer_pupils_and_their_metrics_add_up_to_the_records(settings: Settings) -> None:
+    own = isolated(settings)
+    with service_process(own, workers=2) as service, closing(signed_in_teacher(own, service.url)) as teacher:
+        deadline = time.monotonic() + 30
+        while len(sockets := sorted(service.metrics_dir.glob("*.sock"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(sockets) == 2, "each worker listens for its siblings"
+        classroom = create_classroom(teacher)
+        add_passage(teacher, classroom["id"], passage_text(150))
+        # Each pupil comes on a connection of their own, which either worker may take: ask until both have
+        # answered some.
+        for n in range(40):
+            with closing(joined_pupil(service.url, classroom["join_code"], f"Pupil {n}")) as pupil:
+                assert ask_json(pupil, classroom["id"], "Why do bees dance?").status_code == 200
+            per_worker = [answered(worker_metrics(s), classroom["id"]) for s in sockets]
+            if n >= 3 and all(per_worker):
+                break
+        assert all(per_worker), f"one worker took every question: {per_worker}"
+
+        records = stored_questions(teacher, classroom["id"], limit="100")
+        assert sum(per_worker) == len(records)
+        for _ in range(6):  # a scrape may reach either worker: each gives the sum of both
+            samples = metric_samples(httpx.get(f"{service.url}/metrics").text, classroom["id"])
+            assert samples[("classroom_questions_total", "answered")] == len(records)
+            assert samples[("classroom_completion_tokens_total", "")] == sum(
+                q["usage"]["completion_tokens"] for q in records
+            )
+            assert samples[("classroom_time_to_first_token_seconds_count", "")] == len(records)
