@@ -19,7 +19,7 @@ from service.passages import Passages
 from service.prompting import Prompts
 from service.scrape import Scrape
 from service.settings import Settings
-from service.store import RateLimit, Store, connect
+from service.store import RateLimit, Store, connect, open_connections
 from service.upstream import Upstream
 from service.warmup import Warmup
 
@@ -85,6 +85,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         longest_answer_s=math.ceil(settings.answer.longest_s),
     )
     try:
+        await open_connections(redis, settings.redis.warm_connections)
         await fleet.start()
         await scrape.start()
         yield Services(

@@ -27,6 +27,7 @@ Keys:
     warmup:fleet:{digest}                 set, briefly, by the process that re-warms for one state of the fleet
 """
 
+import asyncio
 import hashlib
 import json
 import secrets
@@ -273,6 +274,11 @@ def connect(url: str, max_connections: int = 50) -> Redis:
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
     )
     return Redis.from_pool(pool)  # closing the client closes its pool
+
+
+async def open_connections(redis: Redis, count: int) -> None:
+    """Open `count` connections of the client's pool now (they stay in it), rather than during a burst."""
+    await asyncio.gather(*(redis.ping() for _ in range(count)))
 
 
 class Store:
