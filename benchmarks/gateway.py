@@ -43,6 +43,7 @@ import aiohttp
 import httpx
 import orjson
 import psutil
+import redis as redis_client
 
 from loadtest.environment import cpu_model
 from loadtest.stats import Distribution, distribution
@@ -76,6 +77,7 @@ class Answer:
     event_times: list[float] = field(default_factory=list)
     tokens: int = 0
     error: str | None = None
+    service_ttft_ms: float | None = None  # the service's own: from the question's arrival to vLLM's first token
 
     @property
     def ttft_s(self) -> float | None:
@@ -136,6 +138,7 @@ async def ask_service(session: aiohttp.ClientSession, url: str, cookie: str, bod
                     elif event.startswith(b"event: done"):
                         done = orjson.loads(event.split(b"data: ", 1)[1])
                         answer.tokens = done["usage"]["completion_tokens"]
+                        answer.service_ttft_ms = done["ttft_ms"]
                     elif event.startswith(b"event: error"):
                         answer.error = "error event"
     except aiohttp.ClientError as exc:
@@ -373,6 +376,7 @@ def summary(answers: Sequence[Answer], seconds: float) -> dict[str, Any]:
         "questions_per_s": len(good) / seconds if seconds else None,
         "tokens_per_event": tokens / events if events else None,
         "ttft_ms": distribution(ttfts).model_dump(),
+        "service_ttft_ms": distribution([a.service_ttft_ms / 1000 for a in good if a.service_ttft_ms]).model_dump(),
         "gap_ms": distribution(gaps).model_dump(),
     }
 
@@ -526,6 +530,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     redis_port = free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     redis = start_redis(redis_url, redis_port, STATE / f"redis-{redis_port}", STATE / "logs" / "redis.log")
+    if args.redis_fsync != "always":  # a diagnostic: what durability costs a question
+        with redis_client.Redis.from_url(redis_url) as admin:
+            admin.config_set("appendfsync", args.redis_fsync)
     fake, fake_root = start_fake()
     email = f"{uuid.uuid4().hex[:8]}@bench.example"
     results: dict[str, Any] = {}
@@ -539,7 +546,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 print(f"workers {workers}:", flush=True)
                 pids = {"service": service.pid, "fake": fake.pid, "redis": redis.pid, "client": os.getpid()}
-                results[str(workers)] = asyncio.run(measure(url, fake_root, pids, email, args))
+                results[str(workers)] = [
+                    asyncio.run(measure(url, fake_root, pids, email, args)) for _ in range(args.runs)
+                ]
             finally:
                 service.stop()
     finally:
@@ -552,71 +561,89 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()},
         "shape": {"passage_tokens": PASSAGE_TOKENS, "question_tokens": QUESTION_TOKENS, "class_size": CLASS_SIZE},
+        "redis_appendfsync": args.redis_fsync,
         "by_workers": results,
     }
 
 
+Figure = Callable[[dict[str, Any]], tuple[float, ...]]
+
+
+def _dist(d: dict[str, Any], key: str) -> float:
+    value = Distribution.model_validate(d).at(key) if d else None
+    return float("nan") if value is None else value
+
+
+def _tokens_per_s(runs: list[dict[str, Any]]) -> float:
+    return median([x["tokens_per_s"] for x in runs])
+
+
+def _errors(m: dict[str, Any]) -> float:
+    through = [*m["burst"], *m["relay"]["30"]["through"], *m["relay"]["120"]["through"], m["sequential"]["through"]]
+    through += m["relay_paced"]["through"] if "relay_paced" in m else []
+    return float(sum(sum(x["errors"].values()) for x in through))
+
+
+NAN = float("nan")
+# (figure, unit and format of each value, the values of one measurement)
+FIGURES: list[tuple[str, str, Figure]] = [
+    ("TTFT one at a time, direct p50 / p95", "{:.2f} ms", lambda m: (
+        _dist(m["sequential"]["direct"]["ttft_ms"], "p50"), _dist(m["sequential"]["direct"]["ttft_ms"], "p95"))),
+    ("TTFT one at a time, through p50 / p95", "{:.2f} ms", lambda m: (
+        _dist(m["sequential"]["through"]["ttft_ms"], "p50"), _dist(m["sequential"]["through"]["ttft_ms"], "p95"))),
+    ("added TTFT p50 / p95", "{:+.2f} ms", lambda m: tuple(
+        _dist(m["sequential"]["through"]["ttft_ms"], k) - _dist(m["sequential"]["direct"]["ttft_ms"], k)
+        for k in ("p50", "p95"))),
+    ("of which in the service (arrival to vLLM's first token) p50", "{:.2f} ms", lambda m: (
+        _dist(m["sequential"]["through"].get("service_ttft_ms", {}), "p50"),)),
+    ("service CPU a question, outside streaming", "{:.2f} ms", lambda m: (
+        m["questions"]["service_cpu_ms_per_question"],)),
+    ("tokens/s, 30 at once, direct / through", "{:,.0f}", lambda m: (
+        _tokens_per_s(m["relay"]["30"]["direct"]), _tokens_per_s(m["relay"]["30"]["through"]))),
+    ("tokens/s, 120 at once, direct / through", "{:,.0f}", lambda m: (
+        _tokens_per_s(m["relay"]["120"]["direct"]), _tokens_per_s(m["relay"]["120"]["through"]))),
+    ("service CPU a streamed token, 30 / 120 at once", "{:.1f} µs", lambda m: (
+        m["relay"]["30"]["cpu_us_per_token"], m["relay"]["120"]["cpu_us_per_token"])),
+    ("tokens an SSE event, 120 at once", "{:.1f}", lambda m: (
+        median([x["tokens_per_event"] for x in m["relay"]["120"]["through"]]),)),
+    (f"paced at {PACED_TPOT_MS} ms a token, 120 at once: tokens/s direct / through", "{:,.0f}", lambda m: (
+        _tokens_per_s(m["relay_paced"]["direct"]), _tokens_per_s(m["relay_paced"]["through"]))
+        if "relay_paced" in m else (NAN, NAN)),
+    ("paced: service CPU a streamed token", "{:.1f} µs", lambda m: (
+        m["relay_paced"]["cpu_us_per_token"] if "relay_paced" in m else NAN,)),
+    ("paced: gap between events through, p50 / p95", "{:.2f} ms", lambda m: tuple(
+        median([_dist(x["gap_ms"], k) for x in m["relay_paced"]["through"]]) for k in ("p50", "p95"))
+        if "relay_paced" in m else (NAN, NAN)),
+    ("burst of 30: last pupil's first token, 1st / 2nd burst", "{:.0f} ms", lambda m: tuple(
+        b["last_first_token_ms"] or NAN for b in m["burst"])),
+    ("errors through the service, all phases", "{:.0f}", lambda m: (_errors(m),)),
+]  # fmt: skip
+
+
+def _cell(form: str, measurements: list[dict[str, Any]], figure: Figure) -> str:
+    """Each value's median over the runs, with the range when there were several."""
+    values = list(zip(*(figure(m) for m in measurements), strict=True))
+    parts = []
+    for series in values:
+        mid = median(list(series))
+        spread = f" [{form.format(min(series))}–{form.format(max(series))}]" if len(series) > 1 else ""
+        parts.append(form.format(mid) + spread)
+    return " / ".join(parts).replace("nan", "–")
+
+
 def report(files: list[Path]) -> str:
-    """A Markdown table of every run: one column per (label, workers)."""
-    runs = [json.loads(f.read_text()) for f in files]
-    columns = [(r, w, r["by_workers"][w]) for r in runs for w in r["by_workers"]]
-    head = "| figure | " + " | ".join(f"{r['label']} ({r['service_checkout']}), {w} worker(s)" for r, w, _ in columns)
-
-    def row(name: str, cell: Callable[[dict[str, Any]], str]) -> str:
-        return f"| {name} | " + " | ".join(cell(m) for _, _, m in columns) + " |"
-
-    def dist(d: dict[str, Any], key: str) -> float:
-        value = Distribution.model_validate(d).at(key)
-        return float("nan") if value is None else value
-
-    def added(m: dict[str, Any], key: str) -> str:
-        seq = m["sequential"]
-        return f"{dist(seq['through']['ttft_ms'], key) - dist(seq['direct']['ttft_ms'], key):+.2f} ms"
-
-    def tps(m: dict[str, Any], streams: str, path: str) -> str:
-        runs = m["relay_paced"][path] if streams == "paced" else m["relay"][streams][path]
-        return f"{median([x['tokens_per_s'] for x in runs]):,.0f}"
-
-    def burst(m: dict[str, Any]) -> str:
-        return " / ".join(f"{b['last_first_token_ms'] or float('nan'):.0f} ms" for b in m["burst"])
-
-    def errors(m: dict[str, Any]) -> str:
-        through = [*m["burst"], *m["relay"]["30"]["through"], *m["relay"]["120"]["through"], m["sequential"]["through"]]
-        through += m["relay_paced"]["through"] if "relay_paced" in m else []
-        return str(sum(sum(x["errors"].values()) for x in through))
-
-    lines = [
-        head + " |",
-        "|---|" + "---|" * len(columns),
-        row("TTFT one at a time, direct p50 / p95", lambda m: "{:.2f} / {:.2f} ms".format(
-            dist(m["sequential"]["direct"]["ttft_ms"], "p50"), dist(m["sequential"]["direct"]["ttft_ms"], "p95"))),
-        row("TTFT one at a time, through p50 / p95", lambda m: "{:.2f} / {:.2f} ms".format(
-            dist(m["sequential"]["through"]["ttft_ms"], "p50"), dist(m["sequential"]["through"]["ttft_ms"], "p95"))),
-        row("added TTFT p50 / p95", lambda m: f"{added(m, 'p50')} / {added(m, 'p95')}"),
-        row("gap between events, direct p50 / p95", lambda m: "{:.3f} / {:.3f} ms".format(
-            dist(m["sequential"]["direct"]["gap_ms"], "p50"), dist(m["sequential"]["direct"]["gap_ms"], "p95"))),
-        row("gap between events, through p50 / p95", lambda m: "{:.3f} / {:.3f} ms".format(
-            dist(m["sequential"]["through"]["gap_ms"], "p50"), dist(m["sequential"]["through"]["gap_ms"], "p95"))),
-        row("service CPU a question, outside streaming",
-            lambda m: f"{m['questions']['service_cpu_ms_per_question']:.2f} ms"),
-        row("service CPU a streamed token (120 streams)", lambda m: f"{m['relay']['120']['cpu_us_per_token']:.1f} µs"),
-        row("service CPU a streamed token (30 streams)", lambda m: f"{m['relay']['30']['cpu_us_per_token']:.1f} µs"),
-        row("tokens/s, 30 at once, direct", lambda m: tps(m, "30", "direct")),
-        row("tokens/s, 30 at once, through", lambda m: tps(m, "30", "through")),
-        row("tokens/s, 120 at once, direct", lambda m: tps(m, "120", "direct")),
-        row("tokens/s, 120 at once, through", lambda m: tps(m, "120", "through")),
-        row("tokens an SSE event, 120 at once, through", lambda m: "{:.1f}".format(
-            median([x["tokens_per_event"] for x in m["relay"]["120"]["through"]]))),
-        row(f"paced at {PACED_TPOT_MS} ms a token, 120 at once: tokens/s direct / through", lambda m: (
-            f"{tps(m, 'paced', 'direct')} / {tps(m, 'paced', 'through')}" if "relay_paced" in m else "–")),
-        row("paced: service CPU a streamed token", lambda m: (
-            f"{m['relay_paced']['cpu_us_per_token']:.1f} µs" if "relay_paced" in m else "–")),
-        row("paced: gap between events through, p50 / p95", lambda m: "{:.2f} / {:.2f} ms".format(
-            median([dist(x["gap_ms"], "p50") for x in m["relay_paced"]["through"]]),
-            median([dist(x["gap_ms"], "p95") for x in m["relay_paced"]["through"]])) if "relay_paced" in m else "–"),
-        row("burst of 30: last first token, 1st / 2nd", burst),
-        row("errors through the service (all runs)", errors),
-    ]  # fmt: skip
+    """A Markdown table of every saved run: one column per (label, workers), medians over its runs."""
+    saved = [json.loads(f.read_text()) for f in files]
+    columns = []
+    for r in saved:
+        for workers, measured in r["by_workers"].items():
+            columns.append((r, workers, measured if isinstance(measured, list) else [measured]))
+    head = " | ".join(
+        f"{r['label']} ({r['service_checkout']}), {w} worker(s), {len(ms)} run(s)" for r, w, ms in columns
+    )
+    lines = [f"| figure | {head} |", "|---|" + "---|" * len(columns)]
+    for name, form, figure in FIGURES:
+        lines.append(f"| {name} | " + " | ".join(_cell(form, ms, figure) for _, _, ms in columns) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -633,6 +660,13 @@ def main() -> None:
     parser.add_argument("--sequential", type=int, default=200, help="questions one at a time, per path")
     parser.add_argument("--per-stream", type=int, default=4, help="questions each pupil asks in a relay run")
     parser.add_argument("--repeats", type=int, default=2, help="relay runs per path, alternating")
+    parser.add_argument("--runs", type=int, default=3, help="whole measurements per worker count (noise: medians)")
+    parser.add_argument(
+        "--redis-fsync",
+        default="always",
+        choices=["always", "everysec"],
+        help="Redis's appendfsync (the stack's is always; everysec shows what that costs)",
+    )
     parser.add_argument("--profile-dir", type=Path, help="py-spy the service instead; its figures are not saved")
     args = parser.parse_args()  # fmt: skip
     result = run(args)
