@@ -236,50 +236,48 @@ class Meter:
 
 @contextlib.contextmanager
 def profiled(pid: int, out: Path | None) -> Iterator[None]:
-    """py-spy samples the service (and its workers) while the block runs; the profile goes to `out`."""
+    """py-spy samples the service (and its workers) while the block runs, stopping it for each sample so
+    that every stack is whole; `out` gets the shares of the samples in each function."""
     if out is None:
         yield
         return
     out.parent.mkdir(parents=True, exist_ok=True)
+    raw = out.with_suffix(".raw")
     py_spy = Path(sys.executable).with_name("py-spy")
-    argv = [str(py_spy), "record", "-p", str(pid), "--subprocesses", "--nonblocking", "-r", "250"]
-    spy = subprocess.Popen([*argv, "-f", "speedscope", "-o", str(out)], stdout=subprocess.DEVNULL)
+    argv = [str(py_spy), "record", "-p", str(pid), "--subprocesses", "-r", "250", "-f", "raw", "-o", str(raw)]
+    spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # py-spy attaches
     try:
         yield
     finally:
         spy.send_signal(signal.SIGINT)
         spy.wait(timeout=60)
-        (out.with_suffix(".top.txt")).write_text(top_frames(out))
+        out.write_text(top_frames(raw.read_text()))
+        raw.unlink()
 
 
-def top_frames(speedscope: Path, count: int = 25) -> str:
-    """The frames where the samples were taken (self time) and those they passed through (inclusive), in
-    shares of all samples of the service's threads that were running Python."""
-    data = json.loads(speedscope.read_text())
-    frames = data["shared"]["frames"]
-    own: dict[int, int] = {}
-    through: dict[int, int] = {}
-    total, seconds = 0, 0.0
-    for profile in data["profiles"]:
-        for stack, weight in zip(profile["samples"], profile["weights"], strict=True):
-            if not stack:
-                continue
-            total, seconds = total + 1, seconds + weight
-            own[stack[-1]] = own.get(stack[-1], 0) + 1
-            for frame in set(stack):
-                through[frame] = through.get(frame, 0) + 1
-
-    def name(i: int) -> str:
-        f = frames[i]
-        where = str(f.get("file", "")).split("site-packages/")[-1].split("/work/main/")[-1]
-        return f"{f['name']} ({where}:{f.get('line', '')})"
-
-    lines = [f"{total} samples ({seconds:.1f} s)", "", "self %  function"]
-    lines += [f"{own[i] / total * 100:5.1f}  {name(i)}" for i in sorted(own, key=own.__getitem__, reverse=True)[:count]]
-    lines += ["", "inclusive %  function"]
-    ranked = sorted(through, key=through.__getitem__, reverse=True)[: count * 2]
-    lines += [f"{through[i] / total * 100:5.1f}  {name(i)}" for i in ranked]
+def top_frames(collapsed: str, count: int = 30) -> str:
+    """Self and inclusive shares of the samples, by function, from py-spy's collapsed stacks (threads that
+    only wait are left out: they hold no CPU)."""
+    own: dict[str, int] = {}
+    through: dict[str, int] = {}
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split("site-packages/")[-1] for f in stack.split(";")]
+        if any(idle in frames[-1] for idle in ("Condition.wait", "_worker (concurrent", "Queue.get")):
+            continue
+        samples = int(count_text)
+        total += samples
+        own[frames[-1]] = own.get(frames[-1], 0) + samples
+        for frame in set(frames):
+            through[frame] = through.get(frame, 0) + samples
+    lines = [f"{total} samples of the service's running threads", "", "self %  function"]
+    lines += [f"{own[f] / total * 100:5.1f}  {f}" for f in sorted(own, key=own.__getitem__, reverse=True)[:count]]
+    lines += ["", "inclusive %  function (below the frames every sample passes through)"]
+    ranked = sorted((f for f in through if through[f] < total * 0.98), key=through.__getitem__, reverse=True)
+    ranked = ranked[: count * 3]
+    lines += [f"{through[f] / total * 100:5.1f}  {f}" for f in ranked]
     return "\n".join(lines) + "\n"
 
 
@@ -439,7 +437,7 @@ def cost(relay_runs: list[dict[str, Any]], per_question_cpu_s: float) -> dict[st
     """The service's CPU per streamed token: what a relay run used beyond its questions' fixed cost."""
     cpu = sum(r["cpu_s"]["service"] for r in relay_runs)
     questions = sum(r["questions"] for r in relay_runs)
-    tokens = sum(r["tokens"] for r in relay_runs)
+    tokens = sum(r["tokens"] for r in relay_runs) or float("nan")  # every answer failed
     return {
         "cpu_us_per_token_all_in": cpu / tokens * 1e6,
         "cpu_us_per_token": (cpu - questions * per_question_cpu_s) / tokens * 1e6,
@@ -489,7 +487,7 @@ async def measure(
 
 
 def profile(args: argparse.Namespace, phase: str) -> Path | None:
-    return None if args.profile_dir is None else args.profile_dir / f"{args.label}-{phase}.speedscope.json"
+    return None if args.profile_dir is None else args.profile_dir / f"gateway-profile-{args.label}-{phase}.txt"
 
 
 def line(seq: dict[str, Any]) -> str:
@@ -585,42 +583,42 @@ def _errors(m: dict[str, Any]) -> float:
 
 
 NAN = float("nan")
-# (figure, unit and format of each value, the values of one measurement)
-FIGURES: list[tuple[str, str, Figure]] = [
-    ("TTFT one at a time, direct p50 / p95", "{:.2f} ms", lambda m: (
+# (figure, format of each value, its unit, the values of one measurement)
+FIGURES: list[tuple[str, str, str, Figure]] = [
+    ("TTFT one at a time, direct p50 / p95", "{:.2f}", " ms", lambda m: (
         _dist(m["sequential"]["direct"]["ttft_ms"], "p50"), _dist(m["sequential"]["direct"]["ttft_ms"], "p95"))),
-    ("TTFT one at a time, through p50 / p95", "{:.2f} ms", lambda m: (
+    ("TTFT one at a time, through p50 / p95", "{:.2f}", " ms", lambda m: (
         _dist(m["sequential"]["through"]["ttft_ms"], "p50"), _dist(m["sequential"]["through"]["ttft_ms"], "p95"))),
-    ("added TTFT p50 / p95", "{:+.2f} ms", lambda m: tuple(
+    ("added TTFT p50 / p95", "{:+.2f}", " ms", lambda m: tuple(
         _dist(m["sequential"]["through"]["ttft_ms"], k) - _dist(m["sequential"]["direct"]["ttft_ms"], k)
         for k in ("p50", "p95"))),
-    ("of which in the service (arrival to vLLM's first token) p50", "{:.2f} ms", lambda m: (
+    ("of which in the service (arrival to vLLM's first token) p50", "{:.2f}", " ms", lambda m: (
         _dist(m["sequential"]["through"].get("service_ttft_ms", {}), "p50"),)),
-    ("service CPU a question, outside streaming", "{:.2f} ms", lambda m: (
+    ("service CPU a question, outside streaming", "{:.2f}", " ms", lambda m: (
         m["questions"]["service_cpu_ms_per_question"],)),
-    ("tokens/s, 30 at once, direct / through", "{:,.0f}", lambda m: (
+    ("tokens/s, 30 at once, direct / through", "{:,.0f}", "", lambda m: (
         _tokens_per_s(m["relay"]["30"]["direct"]), _tokens_per_s(m["relay"]["30"]["through"]))),
-    ("tokens/s, 120 at once, direct / through", "{:,.0f}", lambda m: (
+    ("tokens/s, 120 at once, direct / through", "{:,.0f}", "", lambda m: (
         _tokens_per_s(m["relay"]["120"]["direct"]), _tokens_per_s(m["relay"]["120"]["through"]))),
-    ("service CPU a streamed token, 30 / 120 at once", "{:.1f} µs", lambda m: (
+    ("service CPU a streamed token, 30 / 120 at once", "{:.1f}", " µs", lambda m: (
         m["relay"]["30"]["cpu_us_per_token"], m["relay"]["120"]["cpu_us_per_token"])),
-    ("tokens an SSE event, 120 at once", "{:.1f}", lambda m: (
+    ("tokens an SSE event, 120 at once", "{:.1f}", "", lambda m: (
         median([x["tokens_per_event"] for x in m["relay"]["120"]["through"]]),)),
-    (f"paced at {PACED_TPOT_MS} ms a token, 120 at once: tokens/s direct / through", "{:,.0f}", lambda m: (
+    (f"paced at {PACED_TPOT_MS} ms a token, 120 at once: tokens/s direct / through", "{:,.0f}", "", lambda m: (
         _tokens_per_s(m["relay_paced"]["direct"]), _tokens_per_s(m["relay_paced"]["through"]))
         if "relay_paced" in m else (NAN, NAN)),
-    ("paced: service CPU a streamed token", "{:.1f} µs", lambda m: (
+    ("paced: service CPU a streamed token", "{:.1f}", " µs", lambda m: (
         m["relay_paced"]["cpu_us_per_token"] if "relay_paced" in m else NAN,)),
-    ("paced: gap between events through, p50 / p95", "{:.2f} ms", lambda m: tuple(
+    ("paced: gap between events through, p50 / p95", "{:.2f}", " ms", lambda m: tuple(
         median([_dist(x["gap_ms"], k) for x in m["relay_paced"]["through"]]) for k in ("p50", "p95"))
         if "relay_paced" in m else (NAN, NAN)),
-    ("burst of 30: last pupil's first token, 1st / 2nd burst", "{:.0f} ms", lambda m: tuple(
+    ("burst of 30: last pupil's first token, 1st / 2nd burst", "{:.0f}", " ms", lambda m: tuple(
         b["last_first_token_ms"] or NAN for b in m["burst"])),
-    ("errors through the service, all phases", "{:.0f}", lambda m: (_errors(m),)),
+    ("errors through the service, all phases", "{:.0f}", "", lambda m: (_errors(m),)),
 ]  # fmt: skip
 
 
-def _cell(form: str, measurements: list[dict[str, Any]], figure: Figure) -> str:
+def _cell(form: str, unit: str, measurements: list[dict[str, Any]], figure: Figure) -> str:
     """Each value's median over the runs, with the range when there were several."""
     values = list(zip(*(figure(m) for m in measurements), strict=True))
     parts = []
@@ -628,7 +626,7 @@ def _cell(form: str, measurements: list[dict[str, Any]], figure: Figure) -> str:
         mid = median(list(series))
         spread = f" [{form.format(min(series))}–{form.format(max(series))}]" if len(series) > 1 else ""
         parts.append(form.format(mid) + spread)
-    return " / ".join(parts).replace("nan", "–")
+    return (" / ".join(parts) + unit).replace("nan", "–")
 
 
 def report(files: list[Path]) -> str:
@@ -642,8 +640,8 @@ def report(files: list[Path]) -> str:
         f"{r['label']} ({r['service_checkout']}), {w} worker(s), {len(ms)} run(s)" for r, w, ms in columns
     )
     lines = [f"| figure | {head} |", "|---|" + "---|" * len(columns)]
-    for name, form, figure in FIGURES:
-        lines.append(f"| {name} | " + " | ".join(_cell(form, ms, figure) for _, _, ms in columns) + " |")
+    for name, form, unit, figure in FIGURES:
+        lines.append(f"| {name} | " + " | ".join(_cell(form, unit, ms, figure) for _, _, ms in columns) + " |")
     return "\n".join(lines) + "\n"
 
 
