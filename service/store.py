@@ -164,7 +164,8 @@ class Keys:
 
 
 # A class's state in one atomic read: its version, the classroom and its active passage.
-# KEYS: version, classroom, active passage id. ARGV: the passage key's prefix.
+# KEYS: version, classroom, active passage id. ARGV: the passage key's prefix (the passage's key is known
+# only inside the script; a single Redis, not a cluster, allows that).
 CLASS_STATE = """
 local passage_id = redis.call('GET', KEYS[3])
 local passage = false
@@ -183,8 +184,8 @@ return {redis.call('GET', KEYS[1]) or '0', redis.call('GET', KEYS[2]), passage}
 #       6 record JSON, 7 question id, 8 its score (asked at), 9 oldest recent score kept.
 ADMIT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'no_session'} end
-if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {'stale'} end
 if redis.call('GET', KEYS[3]) == ARGV[7] then return {'ok'} end
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {'stale'} end
 if not redis.call('SET', KEYS[3], ARGV[7], 'NX', 'EX', ARGV[5]) then return {'busy'} end
 local most = tonumber(ARGV[4])
 local oldest = redis.call('LINDEX', KEYS[4], most - 1)
