@@ -28,6 +28,8 @@ CHROMIUM_ARGS = [
 ]
 NASTY = "<script>window.pwned = true</script><b>bold?</b>"
 TIMEOUT_MS = 60_000
+# Assertions wait as long as actions do: an answer on 2 shared cores can take longer than playwright's 5 s.
+expect.set_options(timeout=TIMEOUT_MS)
 
 # Records every length the answer box passes through, to tell streaming from one late burst.
 WATCH_ANSWER = """() => {
