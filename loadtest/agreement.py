@@ -30,9 +30,9 @@ import httpx
 import typer
 
 from loadtest.environment import cpu_model, gpu_model
-from loadtest.results import RunResult
+from loadtest.results import CacheCounters, RunResult
 from loadtest.servermetrics import parse_counters
-from loadtest.stats import figures
+from loadtest.stats import figures, server_timing
 from service.backend.flags import LAUNCHER, venv_python
 from service.tokens import ModelTokenizer
 from service.vllm_metrics import root_url
@@ -44,11 +44,18 @@ COMPARED: list[tuple[str, str, str]] = [
     ("ITL mean (ms), vLLM's pooled gaps", "itl_ms.mean", "mean_itl_ms"),
     ("ITL median (ms)", "itl_ms.p50", "median_itl_ms"),
     ("TPOT mean (ms) = GuideLLM ITL", "tpot_ms.mean", "mean_tpot_ms"),
+    ("E2E mean (ms)", "e2e_ms.mean", "mean_e2el_ms"),
     ("output throughput (tok/s)", "output_throughput", "output_throughput"),
     ("request throughput (req/s)", "request_throughput", "request_throughput"),
 ]
 THROUGHPUTS = [("output throughput (tok/s)", "output_throughput"), ("request throughput (req/s)", "request_throughput")]
 TOLERANCE = 0.05
+# Each tool's mean against the server's own histogram of the same requests (stats.server_timing).
+AGAINST_SERVER: list[tuple[str, str, str]] = [
+    ("TTFT", "TTFT mean (ms)", "ttft_mean_ms"),
+    ("ITL", "ITL mean (ms), vLLM's pooled gaps", "itl_mean_ms"),
+    ("E2E", "E2E mean (ms)", "e2e_mean_ms"),
+]
 TOOLS = ("loadtest", "vllm bench serve")
 app = typer.Typer(add_completion=False)
 
@@ -59,8 +66,8 @@ def _get(obj: Any, dotted: str) -> float:
     return float(obj)
 
 
-def _counters(url: str) -> dict[str, float | None]:
-    return parse_counters(httpx.get(f"{root_url(url)}/metrics", timeout=10).text).model_dump()
+def _counters(url: str) -> CacheCounters:
+    return parse_counters(httpx.get(f"{root_url(url)}/metrics", timeout=10).text)
 
 
 @dataclass(frozen=True)
@@ -157,6 +164,29 @@ def compare(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def against_server(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each tool's mean minus the server's own for the same requests, median and range over the repeats:
+    unlike two clients on a busy machine, the server's histograms time every request of both tools alike."""
+    rows = []
+    for rate in sorted({r["rate"] for r in runs}):
+        for tool in TOOLS:
+            mine = [r for r in runs if r["rate"] == rate and r["tool"] == tool and r.get("server")]
+            if not mine:
+                continue
+            row: dict[str, Any] = {"rate": rate, "tool": tool, "repeats": len(mine)}
+            row["server_requests"] = [r["server"]["requests"] for r in mine]
+            for short, ours_name, server_key in AGAINST_SERVER:
+                diffs = [
+                    r["figures"][ours_name] - r["server"][server_key]
+                    for r in mine
+                    if r["server"][server_key] is not None and ours_name in r["figures"]
+                ]
+                if diffs:
+                    row[short] = {"median": statistics.median(diffs), "spread": [min(diffs), max(diffs)]}
+            rows.append(row)
+    return rows
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         "# loadtest vs `vllm bench serve`, same server, same workload",
@@ -175,6 +205,24 @@ def markdown(result: dict[str, Any]) -> str:
             f"{r['paired_difference']:+.1%} | "
             f"{'yes' if r['within_5_percent'] else '**no**'} |"
         )
+    if result.get("against_server"):
+        lines += [
+            "",
+            "Each client's mean minus the server's own for the same requests (vLLM's `time_to_first_token`, "
+            "`inter_token_latency` and `e2e_request_latency` histograms, sum / count over the run), median "
+            "[range] over the repeats:",
+            "",
+            "| rate | client | requests the server timed | TTFT (ms) | ITL (ms) | E2E (ms) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in result["against_server"]:
+            cells = [
+                f"{r[k]['median']:+.2f} [{r[k]['spread'][0]:+.2f}, {r[k]['spread'][1]:+.2f}]" if k in r else "–"
+                for k, _, _ in AGAINST_SERVER
+            ]
+            timed = sorted({int(n) for n in r["server_requests"] if n is not None})
+            head = f"| {r['rate']:g} req/s | {r['tool']} | {', '.join(map(str, timed))} | "
+            lines.append(head + " | ".join(cells) + " |")
     lines += ["", "Prompt tokens per request as the server counted them (vllm:prompt_tokens_total delta / requests):"]
     lines += [
         f"- {r['tool']} at {r['rate']:g} req/s, seed {r['seed']}: {r['server_prompt_tokens_per_request']:.1f}"
@@ -221,10 +269,12 @@ def main(
                         else:
                             got = theirs(url, model_dir, cli, run, template=overhead)
                         time.sleep(1.0)  # /metrics lags
-                        delta = (_counters(url)["prompt_tokens"] or 0) - (before["prompt_tokens"] or 0)
+                        after = _counters(url)
+                        delta = (after.prompt_tokens or 0) - (before.prompt_tokens or 0)
                         runs.append(
                             {"tool": tool, "rate": rate, "repeat": repeat, "seed": seed, "figures": got,
-                             "server_prompt_tokens_per_request": delta / requests}
+                             "server_prompt_tokens_per_request": delta / requests,
+                             "server": server_timing(url, before, after).model_dump()}
                         )  # fmt: skip
                         typer.echo(f"{tool:17} {rate:g} req/s #{repeat}: {json.dumps(got)}")
     finally:
@@ -237,7 +287,7 @@ def main(
         f"of each tool at each rate, a new seed every run. Machine: {cpu_model()} ({os.cpu_count()} cores), "
         f"GPU: {gpu_model() or 'none'}; the clients share the machine with the server."
     )
-    result = {"setup": setup, "runs": runs, "rows": compare(runs)}
+    result = {"setup": setup, "runs": runs, "rows": compare(runs), "against_server": against_server(runs)}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown(result))

@@ -17,7 +17,7 @@ from loadtest.environment import environment, model_info
 from loadtest.quality.cli import quality_app
 from loadtest.results import RunConfig, RunResult, WorkloadInfo
 from loadtest.runner import SweepPlan, run
-from loadtest.scheduler import Profile
+from loadtest.scheduler import DEFAULT_MAX_IN_FLIGHT, Profile
 from loadtest.workload import Workload, classroom, seed_workload, synthetic
 from service.prompting import Prompts
 from service.settings import Settings
@@ -132,7 +132,9 @@ def run_command(
     sample = make(seed)
     base = url or (settings.backend.base_url if target == "vllm" else f"http://{settings.api.host}:{settings.api.port}")
     cache_urls = [base] if target == "vllm" else (metrics_url or [settings.backend.base_url])
-    connections = max(64, streams or 0, max(len(a) for a in sample.arrivals))
+    # As many connections as the profile lets requests be in flight: a smaller pool would hold the surplus
+    # back until earlier answers end (4 classes of 30 at once through 64 connections waited ~0.5 s each).
+    connections = max(1, streams or 0) if profile in ("synchronous", "concurrent") else streams or DEFAULT_MAX_IN_FLIGHT
     chosen: Target
     if target == "vllm":
         chosen = VllmTarget(

@@ -10,7 +10,8 @@ this fake's: never a model's.
 It is a bare asyncio protocol, not an ASGI app, so that it costs far less than what it measures: the
 streamed bytes of an answer are built once per length and written at once (`--tpot-ms` paces them
 instead, a chunk every so often, as a GPU decodes). `POST /fake/config {"answer_tokens": N, "tpot_ms": T,
-"ttft_ms": F}` changes the answer's length (at most the request's `max_tokens`) and pacing between runs.
+"ttft_ms": F}` changes the answer's length (at most the request's `max_tokens`) and pacing between runs;
+`GET /fake/connections` says how many connections were open at most at once (`DELETE` starts it again).
 
     python -m loadtest.fake_vllm --port 8999 [--answer-tokens 32] [--tpot-ms 0]
 """
@@ -102,14 +103,26 @@ METRICS = (
     '# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0"} 0.0\n'
     '# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{engine="0"} 0.0\n'
 )
+
+
+@dataclass
+class Connections:
+    """Connections open now and the most open at once since the last reset (`GET /fake/connections`;
+    `DELETE` resets): what a client's pool let through at once."""
+
+    open: int = 0
+    most: int = 0
+
+
 MODELS = {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "vllm", "max_model_len": 4096}]}
 
 
 class FakeVllm(asyncio.Protocol):
     """One connection: HTTP/1.1 requests one after another (keep-alive), each answered in full."""
 
-    def __init__(self, behaviour: Behaviour, seen_prefixes: set[int]) -> None:
+    def __init__(self, behaviour: Behaviour, seen_prefixes: set[int], connections: Connections) -> None:
         self._behaviour = behaviour
+        self._connections = connections
         self._seen = seen_prefixes
         self._buffer = b""
         self._transport: asyncio.Transport | None = None
@@ -117,8 +130,11 @@ class FakeVllm(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's TCP transport
+        self._connections.open += 1
+        self._connections.most = max(self._connections.most, self._connections.open)
 
     def connection_lost(self, _exc: Exception | None) -> None:
+        self._connections.open -= 1
         if self._paced is not None:
             self._paced.cancel()
 
@@ -161,6 +177,10 @@ class FakeVllm(asyncio.Protocol):
                 if name in change:
                     setattr(self._behaviour, name, change[name])
             self._write(_json_response(vars(self._behaviour)))
+        elif path == "/fake/connections" and method in ("GET", "DELETE"):
+            if method == "DELETE":
+                self._connections.most = self._connections.open
+            self._write(_json_response(vars(self._connections)))
         else:
             self._write(_json_response({"error": {"message": f"no route {method} {path}"}}, "404 Not Found"))
 
@@ -214,7 +234,8 @@ class FakeVllm(asyncio.Protocol):
 async def serve(port: int, behaviour: Behaviour) -> None:
     loop = asyncio.get_running_loop()
     seen: set[int] = set()
-    server = await loop.create_server(lambda: FakeVllm(behaviour, seen), "127.0.0.1", port, backlog=1024)
+    connections = Connections()
+    server = await loop.create_server(lambda: FakeVllm(behaviour, seen, connections), "127.0.0.1", port, backlog=1024)
     async with server:
         await server.serve_forever()
 

@@ -15,6 +15,8 @@ Definitions (times from the client's clock; percentiles interpolate linearly, as
   the p95 TTFT over all its requests, a failed one counted as never answering, is ≤ the target.
 - **Cached ratio**: cached / prompt tokens from each response's usage. **Server cache**: the change of
   vLLM's `prefix_cache_hits_total` / `prefix_cache_queries_total` over the level (read after a pause).
+- **Server's own histograms**: the change of vLLM's TTFT, ITL and E2E histograms over the level;
+  client − server is what the client and its path (through the service: the service too) add.
 - **Send lag**: how late the client sent each request against the schedule; **client CPU**: the client
   process's CPU time per request. Both measure the load tester itself."""
 
@@ -76,7 +78,24 @@ def _level(f: Figures) -> list[str]:
                 f"of +{s.queries:,.0f} queried ({ratio}); "
                 f"+{s.prompt_tokens or 0:,.0f} prompt and +{s.generation_tokens or 0:,.0f} generated tokens."
             )
+    for t in f.server_timing:
+        if t.requests is None:
+            continue
+        lines.append(
+            f"\nServer's own histograms at {t.url}: {t.requests:,.0f} requests; mean TTFT {_ms(t.ttft_mean_ms)}, "
+            f"ITL {_ms(t.itl_mean_ms)}, E2E {_ms(t.e2e_mean_ms)} ms"
+            + (
+                f"; client − server: TTFT {_signed(t.client_minus_server_ttft_ms)}, "
+                f"ITL {_signed(t.client_minus_server_itl_ms)}, E2E {_signed(t.client_minus_server_e2e_ms)} ms."
+                if t.client_minus_server_ttft_ms is not None
+                else "."
+            )
+        )
     return lines
+
+
+def _signed(value: float | None) -> str:
+    return "–" if value is None else f"{value:+,.2f}"
 
 
 def render(result: RunResult) -> str:

@@ -42,12 +42,20 @@ class RequestRecord(BaseModel):
 
 
 class CacheCounters(BaseModel):
-    """The server's own prefix-cache counters (vLLM's /metrics), summed over engines."""
+    """The server's own counters (vLLM's /metrics), summed over engines: its prefix cache, and the sums and
+    counts of its per-request latency histograms, whose changes over a run are the server's own truth about
+    the same requests the client timed (servermetrics.py names the samples)."""
 
     queries: float | None = None  # vllm:prefix_cache_queries_total (tokens looked up)
     hits: float | None = None  # vllm:prefix_cache_hits_total (tokens found)
     prompt_tokens: float | None = None  # vllm:prompt_tokens_total
     generation_tokens: float | None = None  # vllm:generation_tokens_total
+    ttft_sum: float | None = None  # vllm:time_to_first_token_seconds_sum (seconds)
+    ttft_count: float | None = None
+    itl_sum: float | None = None  # vllm:inter_token_latency_seconds_sum (every gap between two tokens)
+    itl_count: float | None = None
+    e2e_sum: float | None = None  # vllm:e2e_request_latency_seconds_sum
+    e2e_count: float | None = None
 
 
 class ServerCache(BaseModel):

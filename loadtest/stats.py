@@ -18,6 +18,9 @@ them with every report):
   the target.
 - Cached-token ratio: cached prompt tokens / prompt tokens, from each response's usage, per class and in all.
 - Send lag: how late the client sent each request against the profile's schedule (client overhead).
+- Server timing: the change of vLLM's own TTFT, ITL and E2E histograms (sum / count) over the level, and
+  the client's mean minus the server's (the client's and the network's share; through the service, the
+  service's too).
 """
 
 import math
@@ -139,6 +142,43 @@ def server_delta(url: str, before: CacheCounters, after: CacheCounters) -> Serve
     )
 
 
+class ServerTiming(BaseModel):
+    """The server's own latency histograms over a level (the change of their sums and counts), and the
+    client's means minus the server's for the same requests: what the client and its path to the server
+    add to each figure. A difference is only meaningful where `requests` equals the client's completed."""
+
+    url: str
+    requests: float | None  # the change of the TTFT histogram's count
+    ttft_mean_ms: float | None
+    itl_mean_ms: float | None
+    e2e_mean_ms: float | None
+    client_minus_server_ttft_ms: float | None = None
+    client_minus_server_itl_ms: float | None = None
+    client_minus_server_e2e_ms: float | None = None
+
+
+def _mean_ms(total: float | None, count: float | None) -> float | None:
+    return total / count * 1000 if total is not None and count else None
+
+
+def server_timing(url: str, before: CacheCounters, after: CacheCounters) -> ServerTiming:
+    def mean(field: str) -> float | None:
+        total = _delta(getattr(after, f"{field}_sum"), getattr(before, f"{field}_sum"))
+        return _mean_ms(total, _delta(getattr(after, f"{field}_count"), getattr(before, f"{field}_count")))
+
+    return ServerTiming(
+        url=url,
+        requests=_delta(after.ttft_count, before.ttft_count),
+        ttft_mean_ms=mean("ttft"),
+        itl_mean_ms=mean("itl"),
+        e2e_mean_ms=mean("e2e"),
+    )
+
+
+def _minus(client: float | None, server: float | None) -> float | None:
+    return None if client is None or server is None else client - server
+
+
 class Figures(BaseModel):
     label: str
     profile: str
@@ -164,6 +204,7 @@ class Figures(BaseModel):
     cache: CacheFigures
     cache_by_class: dict[str, CacheFigures]
     server_cache: list[ServerCacheDelta]
+    server_timing: list[ServerTiming]  # the server's own histograms, client minus server (one server: exact)
     send_lag_ms: Distribution
     client_cpu_ms_per_request: float | None
     service_ttft_ms: Distribution  # the service's own TTFT of its backend call (pupil API)
@@ -198,6 +239,17 @@ def figures(bench: Benchmark, ttft_target_ms: float) -> Figures:
         if r.service_ttft_ms is not None and r.first_token_at is not None
     ]
     p95_all = p95_with_failures(records)
+    ttft_ms, itl_ms, e2e_ms = (
+        distribution(ttfts),
+        distribution([gap for r in ok for gap in itl_gaps(r)]),
+        distribution(_present(e2e(r) for r in ok)),
+    )
+    timings = [server_timing(s.url, s.before, s.after) for s in bench.cache]
+    if len(timings) == 1:  # with several servers, each saw only part of the requests
+        t = timings[0]
+        t.client_minus_server_ttft_ms = _minus(ttft_ms.mean, t.ttft_mean_ms)
+        t.client_minus_server_itl_ms = _minus(itl_ms.mean, t.itl_mean_ms)
+        t.client_minus_server_e2e_ms = _minus(e2e_ms.mean, t.e2e_mean_ms)
     return Figures(
         label=bench.label,
         profile=bench.profile,
@@ -206,10 +258,10 @@ def figures(bench: Benchmark, ttft_target_ms: float) -> Figures:
         completed=len(ok),
         errors=dict(sorted(errors.items())),
         duration_s=duration,
-        ttft_ms=distribution(ttfts),
-        e2e_ms=distribution(_present(e2e(r) for r in ok)),
+        ttft_ms=ttft_ms,
+        e2e_ms=e2e_ms,
         tpot_ms=distribution(_present(tpot(r) for r in ok)),
-        itl_ms=distribution([gap for r in ok for gap in itl_gaps(r)]),
+        itl_ms=itl_ms,
         guidellm_tpot_ms=distribution(_present(guidellm_tpot(r) for r in ok)),
         request_throughput=len(ok) / duration if duration > 0 else 0.0,
         output_throughput=output / duration if duration > 0 else 0.0,
@@ -223,6 +275,7 @@ def figures(bench: Benchmark, ttft_target_ms: float) -> Figures:
         cache=cache_figures(ok),
         cache_by_class={g: cache_figures(r for r in ok if r.group == g) for g in groups},
         server_cache=[server_delta(s.url, s.before, s.after) for s in bench.cache],
+        server_timing=timings,
         send_lag_ms=distribution([max(0.0, r.sent_at - r.scheduled_at) for r in records]),
         client_cpu_ms_per_request=bench.client_cpu_s * 1000 / len(records) if records else None,
         service_ttft_ms=distribution(service_ttft),

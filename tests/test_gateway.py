@@ -4,8 +4,11 @@ the instant fake vLLM that stands in for a fast GPU streams exactly as the real 
 
 import asyncio
 import socket
+import subprocess
+import sys
 from collections.abc import Awaitable, Iterator
 from contextlib import closing
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -14,6 +17,7 @@ import orjson
 import pytest
 
 from benchmarks.gateway import Answer, ask_service
+from loadtest.results import RunResult
 from service.settings import AnswerSettings, BackendSettings, Settings
 from service.upstream import ReplicaNotAnswering, ReplicaRefused, Upstream
 from tests.conftest import Vllm, isolated, service_process
@@ -170,3 +174,22 @@ def test_a_class_pressing_ask_at_once_while_another_class_streams_gets_every_ans
         assert len(stored) == 60 and {q["status"] for q in stored} == {"answered"}
         assert len(stored_questions(teacher, other_class["id"], limit="200")) == 120
         assert "is down" not in service.log.read_text()  # the replica was never taken for dead
+
+
+def test_the_load_tester_lets_every_request_of_four_bursts_be_in_flight_at_once(
+    instant_vllm: str, model_dir: Path, tmp_path: Path
+) -> None:
+    """4 classes of 30 at once are 120 requests in flight: a client pool of fewer connections would hold
+    the rest back until earlier answers end, and time that wait as the server's TTFT."""
+    root = instant_vllm.removesuffix("/v1")
+    httpx.post(f"{root}/fake/config", json={"tpot_ms": 50.0}).raise_for_status()  # answers last ~1 s
+    httpx.delete(f"{root}/fake/connections").raise_for_status()
+    try:
+        argv = [sys.executable, "-m", "loadtest", "run", "--url", instant_vllm, "--model-dir", str(model_dir)]
+        argv += ["--workload", "classroom", "--classes", "4", "--pupils", "30", "--trickle", "0", "--no-prime"]
+        argv += ["--profile", "throughput", "--requests", "120", "--output-tokens", "20", "--warmup", "0"]
+        subprocess.run([*argv, "--out", str(tmp_path / "run.json")], check=True, capture_output=True, timeout=120)
+    finally:
+        httpx.post(f"{root}/fake/config", json={"tpot_ms": 0.0}).raise_for_status()
+    assert httpx.get(f"{root}/fake/connections").json()["most"] >= 120
+    assert all(r.ok for r in RunResult.load(tmp_path / "run.json").benchmarks[0].requests)

@@ -276,4 +276,26 @@ def test_cache_counters_sum_engines_and_skip_created_timestamps() -> None:
     )
     counters = parse_counters(text + "\n")
     assert (counters.queries, counters.hits, counters.prompt_tokens) == (1500.0, 768.0, None)
+    assert counters.ttft_count is None  # no histogram: unknown, not 0
+
+
+def test_latency_histograms_by_either_name_of_vllm() -> None:
+    def histogram(name: str, total: float, count: float) -> list[str]:
+        return [
+            f"# TYPE {name} histogram",
+            f'{name}_bucket{{engine="0",le="0.1",model_name="m"}} {count}',
+            f'{name}_bucket{{engine="0",le="+Inf",model_name="m"}} {count}',
+            f'{name}_count{{engine="0",model_name="m"}} {count}',
+            f'{name}_sum{{engine="0",model_name="m"}} {total}',
+        ]
+
+    newer = histogram("vllm:time_to_first_token_seconds", 1.5, 30) + histogram(
+        "vllm:inter_token_latency_seconds", 8.0, 3810
+    )
+    older = histogram("vllm:time_per_output_token_seconds", 4.0, 100) + histogram(
+        "vllm:e2e_request_latency_seconds", 9.0, 30
+    )
+    a, b = parse_counters("\n".join(newer) + "\n"), parse_counters("\n".join(older) + "\n")
+    assert (a.ttft_sum, a.ttft_count, a.itl_sum, a.itl_count, a.e2e_count) == (1.5, 30, 8.0, 3810, None)
+    assert (b.itl_sum, b.itl_count, b.e2e_sum, b.e2e_count, b.ttft_count) == (4.0, 100, 9.0, 30, None)
     assert root_url("http://127.0.0.1:8100/v1") == "http://127.0.0.1:8100"

@@ -111,6 +111,27 @@ def test_cache_ratio_per_class_and_the_servers_counter_delta() -> None:
     assert server_delta("u", CacheCounters(), CacheCounters(hits=5)).hits is None  # no counters: unknown, not 0
 
 
+def test_client_minus_server_from_the_histograms_change() -> None:
+    records = [request(0, 0.0, [0.050, 0.060, 0.070]), request(1, 0.0, [0.030, 0.040])]
+    b = bench(records, 1.0)
+    before = CacheCounters(ttft_sum=10.0, ttft_count=100, itl_sum=1.0, itl_count=200, e2e_sum=50.0, e2e_count=100)
+    after = CacheCounters(ttft_sum=10.07, ttft_count=102, itl_sum=1.027, itl_count=203, e2e_sum=50.1, e2e_count=102)
+    b.cache = [ServerCache(url="u", before=before, after=after)]
+    [t] = figures(b, 1000).server_timing
+    assert t.requests == pytest.approx(2)
+    assert [t.ttft_mean_ms, t.itl_mean_ms, t.e2e_mean_ms] == pytest.approx([35, 9, 50])
+    # client: TTFT mean 40 ms, gaps 10, 10, 10 ms, E2E mean (70 + 40) / 2 = 55 ms
+    assert t.client_minus_server_ttft_ms == pytest.approx(5)
+    assert t.client_minus_server_itl_ms == pytest.approx(1)
+    assert t.client_minus_server_e2e_ms == pytest.approx(5)
+    # two servers each saw part of the requests: their means stand, no difference is made up
+    b.cache = [ServerCache(url="u", before=before, after=after), ServerCache(url="v", before=before, after=after)]
+    assert all(t.client_minus_server_ttft_ms is None for t in figures(b, 1000).server_timing)
+    b.cache = [ServerCache(url="u", before=CacheCounters(), after=CacheCounters())]
+    [unknown] = figures(b, 1000).server_timing
+    assert (unknown.requests, unknown.ttft_mean_ms, unknown.client_minus_server_ttft_ms) == (None, None, None)
+
+
 def test_send_lag_and_service_overhead() -> None:
     late = request(0, 1.0, [1.4, 1.5], service_ttft_ms=300.0)
     late.scheduled_at = 0.9  # sent 100 ms late
