@@ -11,14 +11,95 @@
 #                                         one class of 30 then a trickle, on each variant (~6 min)
 #   classroom loadtest compare loadtest/results/gpu-h200/*-{synthetic-*,classroom-second,classroom-30pupils}.json --gpu-price 3.50 \
 #     --agreement .../quality-agreement-1.5b-fp8.json --rubric .../rubric-original.json --rubric .../rubric-fp8.json
+#
+# Through the service (2026-12-03, results in loadtest/results/h200-2026-12-03/; the report is made back
+# here with `python -m loadtest.service_path`). After the three staging commands, two more:
+#   bash loadtest/gpu/h200.sh service-prepare   the 1.5B stand-in served twice on one GPU (0.4 each): port 8000
+#                                               with one API server (the seed's way), 8002 with
+#                                               --api-server-count 4 (~4 min)
+#   bash loadtest/gpu/h200.sh service-runs      (carry .devkit/redis: Redis and the libraries it links) Redis
+#                                               as the stack runs it, the service in front of each server,
+#                                               then ROUNDS rounds, the configurations alternating within
+#                                               each: a class of 30 at once, then 4 classes of 30 at once,
+#                                               straight to vLLM unprimed (the seed's way) and primed,
+#                                               and through the service (~9 min)
+#   bash loadtest/gpu/h200.sh service-agreement loadtest and vllm bench against vLLM's own histograms (~4 min)
 set -euo pipefail
 # shellcheck source=/dev/null
 source /tmp/gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH CLASSROOM_MODEL__DIR=/tmp/models/original
 M=/tmp/models
 R=${OUT:-/tmp/out}/gpu-h200
+case $1 in service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
 mkdir -p "$R"
-case ${1:?prepare, agreement or rollout} in
+
+# The service's settings on the GPU machine: answers of 128 tokens, no rate limit in the way of a burst.
+service_env() {  # PORT BACKEND_PORT REDIS_DB
+  echo CLASSROOM_API__PORT="$1" CLASSROOM_BACKEND__BASE_URL="http://127.0.0.1:$2/v1" \
+    CLASSROOM_REDIS__URL="redis://127.0.0.1:6390/$3" CLASSROOM_STATE_DIR="/tmp/state-$1" \
+    CLASSROOM_ANSWER__MAX_TOKENS=128 CLASSROOM_LIMITS__QUESTIONS_PER_MINUTE=100000 CLASSROOM_API__WORKERS=4
+}
+
+start_service() {  # PORT BACKEND_PORT REDIS_DB
+  local log=$GPU_LOGS/service-$1.log
+  # shellcheck disable=SC2046
+  env $(service_env "$@") setsid python3 -c "from service.cli import app; app()" serve > "$log" 2>&1 < /dev/null &
+  for _ in $(seq 1 600); do
+    python3 -c "import urllib.request as u,sys; u.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$1/readyz" 2>/dev/null \
+      && { echo "service on $1 ready (vLLM on $2)"; return 0; }
+    sleep 0.1
+  done
+  echo "SERVICE on $1 NOT READY"; tail -40 "$log"; return 1
+}
+
+case ${1:?prepare, agreement, rollout, service-prepare or service-runs} in
+service-prepare)
+  python3 -c "from pathlib import Path; from service.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
+  bash /tmp/gpu/serve.sh a1 8000 $M/original --enable-prefix-caching --gpu-memory-utilization 0.4
+  bash /tmp/gpu/serve.sh a4 8002 $M/original --enable-prefix-caching --gpu-memory-utilization 0.4 --api-server-count 4
+  ;;
+service-runs)
+  began=$(date +%s)
+  [ -x /tmp/redis/redis-server ] || tar xzf .devkit/redis/redis.tgz -C /tmp
+  mkdir -p /tmp/redis-data
+  /tmp/redis/lib/ld-linux-x86-64.so.2 --library-path /tmp/redis/lib /tmp/redis/redis-server --bind 127.0.0.1 \
+    --port 6390 --dir /tmp/redis-data --appendonly yes --appendfsync always --save "" --daemonize yes \
+    --logfile "$GPU_LOGS/redis.log"
+  start_service 8080 8000 0
+  start_service 8081 8002 1
+  burst=(--workload classroom --pupils 30 --passage-tokens 1000 --trickle 0 --profile throughput
+    --output-tokens 128 --ttft-target-ms 250 --warmup 2 --settle-s 1.5 --requests 120)
+  one() {  # NAME SERVICE_PORT|- VLLM_PORT CLASSES EXTRA...
+    local name=$1 service=$2 vllm=$3 classes=$4; shift 4
+    local target=(--target vllm --url "http://127.0.0.1:$vllm/v1") out=$R/$name-$classes-r$round
+    [ "$service" != - ] && target=(--target service --url "http://127.0.0.1:$service" --metrics-url "http://127.0.0.1:$vllm/v1")
+    # shellcheck disable=SC2046  # service_env's words are the variables to set
+    env $(service_env "${service/-/8080}" "$vllm" $(( vllm == 8002 ))) python3 -m loadtest run "${target[@]}" \
+      "${burst[@]}" --classes "$classes" --variant "$name" "$@" --out "$out.json" > "$out.md" 2>&1 \
+      || { echo "$name $classes classes r$round FAILED"; tail -5 "$out.md"; return 0; }
+    echo "$name $classes classes r$round: $(grep -E "^[0-9]+/[0-9]+ completed|^\| TTFT \|" "$out.md" | tr '\n' ' ')"
+  }
+  # Round 0 is thrown away: each server's first bursts meet Triton compiling its sampling kernels.
+  for round in $(seq "${ROUND_FROM:-0}" "${ROUNDS:-5}"); do
+    [ $(( $(date +%s) - began )) -gt "${BUDGET_S:-420}" ] && { echo "time budget reached before round $round"; break; }
+    for classes in ${CLASSES:-1 4}; do
+      one seed-1api - 8000 "$classes" --no-prime
+      one primed-1api - 8000 "$classes"
+      one service-1api 8080 8000 "$classes"
+      one service-4api 8081 8002 "$classes"
+      one primed-4api - 8002 "$classes"
+    done
+  done
+  cp "$GPU_LOGS"/service-*.log "$GPU_LOGS"/server-*.log "$R/" 2>/dev/null || true
+  grep -h -E "Traceback|Error" "$GPU_LOGS"/service-*.log | sort | uniq -c | head -20 || true
+  echo "service-runs took $(( $(date +%s) - began )) s"
+  ;;
+service-agreement)
+  # loadtest and vllm bench, alternating, each against vLLM's own histograms of the same requests.
+  python3 -m loadtest.agreement --url http://127.0.0.1:8000/v1 --model-dir $M/original --rate 4 --rate 16 \
+    --requests 32 --repeats "${REPEATS:-3}" --bench-cmd "python3 -m vllm.entrypoints.cli.main" \
+    --out "$R/agreement-vllm-bench-h200.json" | tail -16
+  ;;
 prepare)
   python3 -c "from pathlib import Path; from service.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
   PYTHONPATH=/tmp/lc_site:/tmp/site python3 /tmp/gpu/fp8_llmcompressor.py $M/original $M/fp8 2>&1 | tail -2

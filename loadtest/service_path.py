@@ -1,0 +1,150 @@
+"""The report of `loadtest/gpu/h200.sh service-runs`: a class's burst straight to vLLM (unprimed, the seed's
+way; primed) and through the service, configurations alternated within each round, read from the saved
+runs (named VARIANT-CLASSES-rROUND.json).
+
+    python -m loadtest.service_path loadtest/results/h200-2026-12-03 [--skip-round 0]
+
+Each figure is the median over rounds of that round's figure, with its range; the service's overhead and
+the ratio to the seed's way are taken within a round (the runs of one round were back to back), then the
+median of those. Round 0 is left out by default: a fresh server's first bursts compile Triton kernels.
+"""
+
+import json
+import re
+import statistics
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from loadtest.results import RunResult
+from loadtest.stats import Figures, figures
+
+NAME = re.compile(r"^(?P<variant>.+)-(?P<classes>\d+)-r(?P<round>\d+)\.json$")
+SEED = "seed-1api"
+# through the service -> straight to the same server, primed: the service's own overhead
+PAIRS = {"service-1api": "primed-1api", "service-4api": "primed-4api"}
+app = typer.Typer(add_completion=False)
+
+
+def _figures_of(folder: Path, skip: set[int]) -> dict[tuple[str, int, int], Figures]:
+    found = {}
+    for path in sorted(folder.glob("*.json")):
+        m = NAME.match(path.name)
+        if not m or int(m["round"]) in skip:
+            continue
+        run = RunResult.load(path)
+        found[(m["variant"], int(m["classes"]), int(m["round"]))] = figures(
+            run.benchmarks[0], run.config.ttft_target_ms
+        )
+    return found
+
+
+def _row(values: list[float]) -> dict[str, float] | None:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)} if values else None
+
+
+FIELDS: dict[str, Any] = {
+    "ttft_p50": lambda f: f.ttft_ms.p50,
+    "ttft_p95": lambda f: f.ttft_ms.p95,
+    "ttft_p99": lambda f: f.ttft_ms.p99,
+    "itl_mean": lambda f: f.itl_ms.mean,
+    "itl_p50": lambda f: f.itl_ms.p50,
+    "tpot_mean": lambda f: f.tpot_ms.mean,
+    "errors": lambda f: f.requests - f.completed,
+    "server_ttft_mean": lambda f: f.server_timing[0].ttft_mean_ms if f.server_timing else None,
+    "client_minus_server_ttft": lambda f: f.server_timing[0].client_minus_server_ttft_ms if f.server_timing else None,
+    "client_minus_server_itl": lambda f: f.server_timing[0].client_minus_server_itl_ms if f.server_timing else None,
+    "cached_ratio": lambda f: f.cache.ratio,
+}
+
+
+# The service's overhead on each figure, within a round: TTFT in ms added, ITL and TPOT relative.
+OVERHEADS = [
+    ("ttft_p50_overhead", "ttft_p50", False),
+    ("ttft_p95_overhead", "ttft_p95", False),
+    ("itl_mean_overhead", "itl_mean", True),
+    ("tpot_mean_overhead", "tpot_mean", True),
+]
+
+
+def summarise(found: dict[tuple[str, int, int], Figures]) -> dict[str, Any]:
+    variants = sorted({v for v, _, _ in found})
+    shapes = sorted({c for _, c, _ in found})
+    rounds = sorted({r for _, _, r in found})
+    table: dict[str, Any] = {}
+    for classes in shapes:
+        for variant in variants:
+            runs = [found[(variant, classes, r)] for r in rounds if (variant, classes, r) in found]
+            if not runs:
+                continue
+            cell: dict[str, Any] = {"rounds": len(runs)}
+            for name, get in FIELDS.items():
+                cell[name] = _row([v for v in (get(f) for f in runs) if v is not None])
+            paired: dict[str, list[float]] = {key: [] for key, _, _ in OVERHEADS}
+            paired["p95_vs_seed"] = []
+            for r in rounds:
+                mine, seed = found.get((variant, classes, r)), found.get((SEED, classes, r))
+                if mine and seed and mine.ttft_ms.p95 and seed.ttft_ms.p95:
+                    paired["p95_vs_seed"].append(mine.ttft_ms.p95 / seed.ttft_ms.p95)
+                direct = found.get((PAIRS.get(variant, ""), classes, r))
+                if mine and direct:
+                    for key, field, relative in OVERHEADS:
+                        a, b = FIELDS[field](mine), FIELDS[field](direct)
+                        if a is not None and b is not None:
+                            paired[key].append(a / b - 1 if relative else a - b)
+            cell |= {k: _row(v) for k, v in paired.items()}
+            table[f"{classes}|{variant}"] = cell
+    return {"rounds": rounds, "table": table}
+
+
+def _cell(c: dict[str, float] | None, pct: bool = False, signed: bool = False) -> str:
+    if c is None:
+        return "–"
+    if pct:
+        return f"{c['median']:+.1%} [{c['min']:+.1%}, {c['max']:+.1%}]"
+    fmt = "{:+,.1f}" if signed else "{:,.1f}"
+    return f"{fmt.format(c['median'])} [{fmt.format(c['min'])}–{fmt.format(c['max'])}]"
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    lines = [
+        "# A class's burst on the H200: straight to vLLM and through the service",
+        "",
+        f"Rounds {', '.join(map(str, summary['rounds']))}; each cell the median over rounds [range]. ms unless said.",
+        "`seed-1api`: plain chat straight to vLLM, nothing primed (one API server, the seed's way); "
+        "`primed-*`: straight to vLLM with the passage sent once first; `service-*`: through the service "
+        "(4 workers), the passage warmed when it was published; `1api`/`4api`: vLLM with 1 or 4 API servers.",
+        "",
+        "| classes of 30 | configuration | TTFT p50 | p95 | p99 | ITL mean | TPOT mean | errors | p95 ÷ seed's "
+        "| service − direct: TTFT p50 | TTFT p95 | ITL mean | TPOT mean | client − vLLM's own TTFT |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key, c in summary["table"].items():
+        classes, variant = key.split("|")
+        ratio = c["p95_vs_seed"]
+        lines.append(
+            f"| {classes} | {variant} | {_cell(c['ttft_p50'])} | {_cell(c['ttft_p95'])} | {_cell(c['ttft_p99'])} | "
+            f"{_cell(c['itl_mean'])} | {_cell(c['tpot_mean'])} | {_cell(c['errors'])} | "
+            + ("–" if ratio is None else f"{ratio['median']:.2f} [{ratio['min']:.2f}–{ratio['max']:.2f}]")
+            + f" | {_cell(c['ttft_p50_overhead'], signed=True)} | {_cell(c['ttft_p95_overhead'], signed=True)} | "
+            f"{_cell(c['itl_mean_overhead'], pct=True)} | {_cell(c['tpot_mean_overhead'], pct=True)} | "
+            f"{_cell(c['client_minus_server_ttft'], signed=True)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+@app.command()
+def main(
+    folder: Annotated[Path, typer.Argument(help="the runs' folder")],
+    skip_round: Annotated[list[int] | None, typer.Option(help="rounds left out (default: 0)")] = None,
+) -> None:
+    summary = summarise(_figures_of(folder, set(skip_round if skip_round is not None else [0])))
+    (folder / "service-path.json").write_text(json.dumps(summary, indent=1) + "\n")
+    text = markdown(summary)
+    (folder / "service-path.md").write_text(text)
+    typer.echo(text)
+
+
+if __name__ == "__main__":
+    app()
