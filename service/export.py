@@ -2,7 +2,9 @@
 
 import csv
 import io
+import unicodedata
 from collections.abc import Iterable
+from urllib.parse import quote
 
 from service.records import Passage, QuestionRecord
 
@@ -42,3 +44,15 @@ def questions_csv(questions: Iterable[QuestionRecord], passages: dict[str, Passa
             )
         )
     return out.getvalue()
+
+
+def attachment(filename: str) -> str:
+    """A Content-Disposition for any file name (RFC 6266): an ASCII `filename` for old clients and, when
+    the name is not plain ASCII, its UTF-8 form in `filename*` (RFC 5987), which browsers prefer. Header
+    values are Latin-1 on the wire: a raw "Year 5 🌋" in them cannot be sent at all."""
+    printable = "".join(c for c in filename if unicodedata.category(c)[0] != "C")
+    fallback = "".join(c if c.isascii() and c not in '"\\' else "_" for c in printable)
+    header = f'attachment; filename="{fallback}"'
+    if fallback != printable:
+        header += f"; filename*=UTF-8''{quote(printable, safe='')}"
+    return header

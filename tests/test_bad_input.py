@@ -140,3 +140,41 @@ def test_wrong_password_and_unknown_email_get_the_same_answer(settings: Settings
         assert error_of(response)["message"] == (
             "That email and password do not match an account. Check them and try again."
         )
+
+
+def test_a_class_named_outside_latin_1_exports_its_questions(teacher: httpx.Client, join: Join) -> None:
+    classroom = create_classroom(teacher, "Year 5 🌋 五年级")
+    add_passage(teacher, classroom["id"], passage_text(60))
+    assert ask_json(join(classroom["join_code"], "Ada"), classroom["id"], "Why?").status_code == 200
+    response = teacher.get(f"/api/classrooms/{classroom['id']}/questions.csv")
+    assert response.status_code == 200
+    disposition = response.headers["content-disposition"]
+    assert disposition.startswith('attachment; filename="Year 5 _ ___-questions.csv"')  # what old clients see
+    assert "filename*=UTF-8''Year%205%20%F0%9F%8C%8B%20%E4%BA%94%E5%B9%B4%E7%BA%A7-questions.csv" in disposition
+    assert response.text.count("\n") == 2  # the header row and the one question
+
+
+def test_names_with_control_characters_are_refused_and_not_stored(teacher: httpx.Client, join: Join) -> None:
+    before = teacher.get("/api/classrooms").json()["classrooms"]
+    for name in ("Class\r4B", "Class \x02", "\x1aClass", "Class\n4B"):
+        response = teacher.post("/api/classrooms", json={"name": name})
+        assert response.status_code == 422, name
+        assert error_of(response)["code"] == "invalid_request"
+        assert "control characters" in error_of(response)["message"]
+    assert teacher.get("/api/classrooms").json()["classrooms"] == before
+    classroom = create_classroom(teacher)
+    renamed = teacher.patch(f"/api/classrooms/{classroom['id']}", json={"name": "4B\r\nSet-Cookie: x=y"})
+    assert renamed.status_code == 422
+    assert teacher.get(f"/api/classrooms/{classroom['id']}").json()["name"] == classroom["name"]
+    refused = httpx.post(f"{teacher.base_url}/api/join", json={"join_code": classroom["join_code"], "name": "A\tda"})
+    assert refused.status_code == 422
+
+
+def test_unknown_routes_and_wrong_methods_answer_in_the_one_error_shape(service: str) -> None:
+    missing = httpx.get(f"{service}/api/no-such-thing")
+    assert missing.status_code == 404
+    assert error_of(missing) == {"code": "not_found", "message": "There is nothing at this address."}
+    wrong = httpx.delete(f"{service}/api/join")
+    assert wrong.status_code == 405
+    assert error_of(wrong)["code"] == "method_not_allowed"
+    assert wrong.headers["allow"] == "POST"

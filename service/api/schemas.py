@@ -1,13 +1,24 @@
 """Request and response bodies of the HTTP API. Stored records (service.records) are reused where they fit."""
 
+import unicodedata
 from typing import Annotated
 
-from pydantic import BaseModel, StringConstraints
+from pydantic import AfterValidator, BaseModel, StringConstraints
 
 from service.records import Classroom, Passage, QuestionRecord, QuestionStatus, Teacher, Usage
 
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
-PupilName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=40)]
+
+def _one_line(name: str) -> str:
+    """Names show on pages, in CSV file names and headers: no line breaks, tabs or other control characters."""
+    if any(unicodedata.category(c) == "Cc" for c in name):
+        raise ValueError("a name cannot hold line breaks, tabs or other control characters")
+    return name
+
+
+Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100), AfterValidator(_one_line)]
+PupilName = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=40), AfterValidator(_one_line)
+]
 
 
 # Teachers

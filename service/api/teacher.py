@@ -35,7 +35,7 @@ from service.deps import (
 )
 from service.documents import extract_text
 from service.errors import FileTooLarge
-from service.export import questions_csv
+from service.export import attachment, questions_csv
 from service.records import Classroom, Passage
 from service.store import Store
 
@@ -171,11 +171,10 @@ async def export_questions(classroom: OwnClassroom, store: StoreDep) -> Response
     """Every question of the classroom, newest first, for a spreadsheet."""
     questions = await store.list_questions(classroom.id, limit=1_000_000)
     by_id = {p.id: p for p in await store.list_passages(classroom.id)}
-    filename = f"{classroom.name or 'class'}-questions.csv".replace('"', "")
     return Response(
         questions_csv(questions, by_id),
         media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+        headers={"Content-Disposition": attachment(f"{classroom.name or 'class'}-questions.csv")},
     )
 
 
