@@ -154,7 +154,7 @@ def test_a_class_named_outside_latin_1_exports_its_questions(teacher: httpx.Clie
     assert response.text.count("\n") == 2  # the header row and the one question
 
 
-def test_names_with_control_characters_are_refused_and_not_stored(teacher: httpx.Client, join: Join) -> None:
+def test_names_with_control_characters_are_refused_and_not_stored(teacher: httpx.Client) -> None:
     before = teacher.get("/api/classrooms").json()["classrooms"]
     for name in ("Class\r4B", "Class \x02", "\x1aClass", "Class\n4B"):
         response = teacher.post("/api/classrooms", json={"name": name})
