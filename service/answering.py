@@ -282,7 +282,9 @@ class Answering:
                 self._fleet.mark_down(url, str(exc))
                 continue
             except ReplicaAnswered as exc:
-                failure, tried = BackendFailed(f"The answering service refused the question ({exc.message})."), url
+                # vLLM's own words are for operators (the log), not for the pupil who sees the record.
+                log.warning("replica %s refused a question of class %s: %s", url, record.classroom_id, exc.message)
+                failure, tried = BackendFailed("The answering service refused the question. Please try again."), url
                 break
             record = record.model_copy(update={"replica": url})
             wait_s = time.perf_counter() - started

@@ -12,6 +12,7 @@ from fastapi.templating import Jinja2Templates
 
 from service.api.handlers import install_error_handlers
 from service.api.router import api_router
+from service.api.security import SecurityMiddleware
 from service.services import open_services
 from service.settings import Settings
 
@@ -26,6 +27,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
 
     app = FastAPI(title="classroom-assistant", lifespan=lifespan)
+    app.add_middleware(SecurityMiddleware, allowed_origins=settings.auth.allowed_origins)
     install_error_handlers(app)
     app.include_router(api_router)
     app.state.templates = Jinja2Templates(directory=settings.frontend_dir / "templates")
@@ -37,7 +39,7 @@ def serve(settings: Settings, workers: int | None = None) -> None:
     """The service under uvicorn, on uvloop and httptools (the fastest loop and HTTP parser it has), in
     `workers` processes (default: the settings' count) behind one port. More than one worker read their
     settings from the environment, as this process did, and add up their metrics through a folder of their
-    own (service/worker_metrics.py)."""
+    own (service/scrape.py)."""
     count = workers or settings.api.resolved_workers(os.cpu_count() or 1)
     api = settings.api
     if count == 1:

@@ -142,8 +142,11 @@ class AuthSettings(BaseModel):
     teacher_session_hours: float = 12.0
     # A school day: a pupil joins once in the morning.
     pupil_session_hours: float = 8.0
-    # Cookies only over HTTPS; off for the local stack on http://127.0.0.1.
+    # Cookies only over HTTPS; off for the local stack on http://127.0.0.1, required in production.
     secure_cookies: bool = False
+    # Sites other than the service's own host allowed to write with its cookies (e.g. a school's portal
+    # at another address that proxies to it), as origins: ["https://portal.school.example"].
+    allowed_origins: list[str] = Field(default_factory=list)
 
 
 class Settings(BaseSettings):
@@ -168,4 +171,9 @@ class Settings(BaseSettings):
     def _no_placeholder_secrets_in_production(self) -> "Settings":
         if self.environment == "production" and self.auth.operator_token.get_secret_value() == PLACEHOLDER_SECRET:
             raise ValueError("set CLASSROOM_AUTH__OPERATOR_TOKEN: the placeholder is refused in production")
+        if self.environment == "production" and not self.auth.secure_cookies:
+            raise ValueError(
+                "set CLASSROOM_AUTH__SECURE_COOKIES=true: in production sessions travel over HTTPS only "
+                "(serve the service behind TLS)"
+            )
         return self

@@ -31,6 +31,14 @@ TIMEOUT_MS = 60_000
 # Assertions wait as long as actions do: an answer on 2 shared cores can take longer than playwright's 5 s.
 expect.set_options(timeout=TIMEOUT_MS)
 
+CSP_BLOCKED: list[str] = []  # the browser's reports of what the pages' Content-Security-Policy refused
+
+
+def watched(page: Page) -> Page:
+    page.on("console", lambda m: CSP_BLOCKED.append(m.text) if "Content Security Policy" in m.text else None)
+    return page
+
+
 # Records every length the answer box passes through, to tell streaming from one late burst.
 WATCH_ANSWER = """() => {
   window.answerLengths = [];
@@ -70,7 +78,7 @@ def test_a_teacher_and_two_pupils_in_the_browser(
     )
 
     # The teacher signs in, creates a class and uploads a .docx passage.
-    teacher = browser.new_context(viewport={"width": 1100, "height": 900}).new_page()
+    teacher = watched(browser.new_context(viewport={"width": 1100, "height": 900}).new_page())
     teacher.set_default_timeout(TIMEOUT_MS)
     teacher.goto(f"{service}/teacher")
     expect(teacher).to_have_url(f"{service}/teacher/login")
@@ -96,7 +104,7 @@ def test_a_teacher_and_two_pupils_in_the_browser(
     # Two pupils join on two pages; one uses the keyboard alone.
     pupils = []
     for _ in ("Ada", "Ben"):
-        page = browser.new_context(viewport={"width": 400, "height": 800}, is_mobile=True).new_page()
+        page = watched(browser.new_context(viewport={"width": 400, "height": 800}, is_mobile=True).new_page())
         page.set_default_timeout(TIMEOUT_MS)
         page.goto(f"{service}/")
         pupils.append(page)
@@ -145,6 +153,7 @@ def test_a_teacher_and_two_pupils_in_the_browser(
     for page in (teacher, ada, ben):
         assert page.evaluate("window.pwned") is None
     assert teacher.locator("#questions b").count() == 0
+    assert CSP_BLOCKED == []  # and the pages' own scripts and styles all ran under their policy
 
 
 def test_pages_without_a_session_send_the_browser_to_sign_in_or_join(browser: Browser, service: str) -> None:
@@ -158,7 +167,7 @@ def test_pages_without_a_session_send_the_browser_to_sign_in_or_join(browser: Br
 
 
 def test_the_operator_console(browser: Browser, settings: Settings, service: str) -> None:
-    page = browser.new_context(viewport={"width": 1100, "height": 900}).new_page()
+    page = watched(browser.new_context(viewport={"width": 1100, "height": 900}).new_page())
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(f"{service}/operator")
     page.get_by_label("Operator token").fill("not the token")
@@ -174,3 +183,4 @@ def test_the_operator_console(browser: Browser, settings: Settings, service: str
     expect(page.locator("#ttft-plot canvas")).to_have_count(1)
     shot(page, "operator-console")
     page.close()
+    assert CSP_BLOCKED == []  # uPlot and the console ran under the pages' policy

@@ -9,7 +9,16 @@ from fastapi.responses import JSONResponse
 
 from service.answering import AnswerStream, Failed, Finished, Token
 from service.api.event_stream import EventStream
-from service.api.schemas import Answer, AskQuestion, Join, Joined, PassageView, PupilView, QuestionList
+from service.api.schemas import (
+    Answer,
+    AskQuestion,
+    Join,
+    Joined,
+    PassageView,
+    PupilQuestion,
+    PupilQuestionList,
+    PupilView,
+)
 from service.deps import (
     PUPIL_COOKIE,
     AccountsDep,
@@ -55,9 +64,10 @@ async def my_class(pupil: CurrentPupil, store: StoreDep) -> PupilView:
 
 
 @router.get("/api/pupil/questions")
-async def my_questions(pupil: CurrentPupil, store: StoreDep) -> QuestionList:
+async def my_questions(pupil: CurrentPupil, store: StoreDep) -> PupilQuestionList:
     """The pupil's own questions and answers, newest first; never another pupil's."""
-    return QuestionList(questions=await store.pupil_questions(pupil.pupil_id, OWN_HISTORY_LIMIT))
+    records = await store.pupil_questions(pupil.pupil_id, OWN_HISTORY_LIMIT)
+    return PupilQuestionList(questions=[PupilQuestion.of(r) for r in records])
 
 
 def _event(name: bytes, data: bytes) -> bytes:

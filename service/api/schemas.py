@@ -1,6 +1,7 @@
 """Request and response bodies of the HTTP API. Stored records (service.records) are reused where they fit."""
 
 import unicodedata
+from datetime import datetime
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, StringConstraints
@@ -117,6 +118,28 @@ class PupilView(BaseModel):
     classroom_name: str
     is_open: bool
     passage: PassageView | None
+
+
+class PupilQuestion(BaseModel):
+    """A question as the pupil who asked it sees it: what was asked and answered, never the stored internals
+    (ids of pupils, the replica it went to, the backend's own words)."""
+
+    id: str
+    passage_id: str
+    question: str
+    status: QuestionStatus
+    answer: str
+    error: str | None
+    asked_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, record: QuestionRecord) -> "PupilQuestion":
+        return cls.model_validate(record.model_dump(include=set(cls.model_fields)))
+
+
+class PupilQuestionList(BaseModel):
+    questions: list[PupilQuestion]
 
 
 class AskQuestion(BaseModel):
