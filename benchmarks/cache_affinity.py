@@ -84,13 +84,15 @@ async def ask(client: httpx.AsyncClient, classroom_id: str, question: str) -> di
 
 async def until_warmed(teacher: httpx.AsyncClient, classroom_id: str) -> None:
     for _ in range(300):
-        if (await teacher.get(f"/api/classrooms/{classroom_id}")).json()["active_passage_warmed_on"]:
+        if (await teacher.get(f"/api/classrooms/{classroom_id}")).json()["active_passage_warmed"]:
             return
         await asyncio.sleep(0.2)  # noqa: ASYNC110  (polling another process's state over HTTP)
     raise TimeoutError("the passage was never warmed")
 
 
-async def one_class(url: str, email: str, pupils: int, rng: random.Random, warmed: bool) -> dict[str, Any]:
+async def one_class(
+    url: str, email: str, pupils: int, rng: random.Random, warmed: bool, operator_token: str
+) -> dict[str, Any]:
     async with httpx.AsyncClient(base_url=url, timeout=300) as teacher:
         (await teacher.post("/api/teacher/session", json={"email": email, "password": PASSWORD})).raise_for_status()
         classroom = (await teacher.post("/api/classrooms", json={"name": "Class 4B"})).json()
@@ -114,7 +116,13 @@ async def one_class(url: str, email: str, pupils: int, rng: random.Random, warme
         finally:
             for client in clients:
                 await client.aclose()
-        stored = (await teacher.get(f"/api/classrooms/{classroom['id']}/questions", params={"limit": 1000})).json()
+        # Where each question went: the operators' view of the stored records.
+        routed = await teacher.get(
+            f"/api/operator/classrooms/{classroom['id']}",
+            params={"limit": 1000},
+            headers={"Authorization": f"Bearer {operator_token}"},
+        )
+        stored = routed.raise_for_status().json()
     replicas: dict[str, int] = {}
     for q in stored["questions"]:
         replicas[q["replica"]] = replicas.get(q["replica"], 0) + 1
@@ -207,6 +215,7 @@ def main() -> None:
             yaml.safe_dump({"active": "original", "variants": {"original": {"replicas": [u for u, _ in replicas]}}})
         )
         runs: dict[str, list[dict[str, Any]]] = {c.name: [] for c in CONFIGS}
+        token = settings.auth.operator_token.get_secret_value()  # the services' own, from the same defaults
         db = 1
         for repeat in range(args.repeats):
             order = CONFIGS if repeat % 2 == 0 else CONFIGS[::-1]  # alternate, so drift hits all alike
@@ -214,7 +223,7 @@ def main() -> None:
                 process, url = serve(settings, config, backends, db, model_dir)
                 db += 1
                 try:
-                    run = asyncio.run(one_class(url, "bench@school.example", args.pupils, rng, config.warmup))
+                    run = asyncio.run(one_class(url, "bench@school.example", args.pupils, rng, config.warmup, token))
                 finally:
                     process.stop()
                 runs[config.name].append(summarise(run))

@@ -191,7 +191,7 @@ class PupilApiTarget:
         self._classroom: dict[str, str] = {}  # group -> classroom id
         self._pupils: dict[tuple[str, int], str] = {}  # (group, pupil) -> its Cookie header
         self._busy: dict[tuple[str, int], asyncio.Lock] = {}
-        self.warmed: dict[str, list[str]] = {}  # group -> replicas that hold the passage, as the service said
+        self.warmed: set[str] = set()  # groups whose passage a replica holds, as the service said
 
     async def prepare(self, workload: Workload, warm_timeout_s: float = 120.0) -> None:
         self._session = self._session or new_session(self._connections)
@@ -223,8 +223,8 @@ class PupilApiTarget:
             for group, classroom_id in self._classroom.items():
                 while time.monotonic() < deadline:
                     details = (await teacher.get(f"/api/classrooms/{classroom_id}")).json()
-                    if warmed := details.get("active_passage_warmed_on"):
-                        self.warmed[group] = warmed
+                    if details.get("active_passage_warmed"):
+                        self.warmed.add(group)
                         break
                     await asyncio.sleep(0.2)
 

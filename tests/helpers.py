@@ -135,11 +135,24 @@ def operator_headers(settings: Settings) -> dict[str, str]:
     return {"Authorization": f"Bearer {settings.auth.operator_token.get_secret_value()}"}
 
 
-def wait_until_warmed(teacher: httpx.Client, classroom_id: str, timeout_s: float = 60) -> list[str]:
+def routing_of(operator: httpx.Client, classroom_id: str) -> dict[str, Any]:
+    """The operators' view of a class: its stored records whole (replica, variant) and its warmed replicas."""
+    response = operator.get(f"/api/operator/classrooms/{classroom_id}", params={"limit": 1000})
+    assert response.status_code == 200, response.text
+    routing: dict[str, Any] = response.json()
+    return routing
+
+
+def routed_questions(operator: httpx.Client, classroom_id: str) -> list[dict[str, Any]]:
+    questions: list[dict[str, Any]] = routing_of(operator, classroom_id)["questions"]
+    return questions
+
+
+def wait_until_warmed(operator: httpx.Client, classroom_id: str, timeout_s: float = 60) -> list[str]:
     """The replicas holding the class's active passage in their cache, once warm-up has sent it."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        warmed: list[str] = teacher.get(f"/api/classrooms/{classroom_id}").json()["active_passage_warmed_on"]
+        warmed: list[str] = routing_of(operator, classroom_id)["warmed_on"]
         if warmed:
             return warmed
         time.sleep(0.2)

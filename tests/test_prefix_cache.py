@@ -7,7 +7,14 @@ from openai import OpenAI
 from service.prompting import Prompts
 from service.settings import Settings
 from tests.conftest import Join, Vllm, report
-from tests.helpers import add_passage, ask_json, create_classroom, passage_text, wait_until_warmed
+from tests.helpers import (
+    add_passage,
+    ask_json,
+    create_classroom,
+    operator_headers,
+    passage_text,
+    wait_until_warmed,
+)
 
 QUESTIONS = [
     "Why do bees visit flowers?",
@@ -36,7 +43,8 @@ def test_passage_first_layout_reuses_the_cached_passage_and_question_first_does_
     passage = add_passage(teacher, classroom["id"], text)
     assert 550 <= passage["tokens"] <= 700
     # The service sends the passage ahead of the pupils (warm-up), so even the first finds it cached.
-    assert wait_until_warmed(teacher, classroom["id"]) == [vllm.base_url]
+    with httpx.Client(base_url=teacher.base_url, headers=operator_headers(settings)) as operator:
+        assert wait_until_warmed(operator, classroom["id"]) == [vllm.base_url]
 
     # Passage first, through the service, as pupils ask.
     passage_first = []

@@ -16,6 +16,7 @@ from tests.helpers import (
     new_teacher_account,
     operator_headers,
     passage_text,
+    routed_questions,
     stored_questions,
 )
 
@@ -56,15 +57,23 @@ def test_another_site_cannot_write_with_a_teachers_or_pupils_cookie(teacher: htt
     assert same.status_code in (200, 201)
 
 
-def test_a_pupil_sees_their_questions_without_the_stored_internals(teacher: httpx.Client, join: Join) -> None:
+def test_each_audience_sees_its_own_view_and_operators_alone_the_replicas(
+    teacher: httpx.Client, join: Join, settings: Settings
+) -> None:
     classroom = create_classroom(teacher)
     add_passage(teacher, classroom["id"], passage_text(60))
     ada = join(classroom["join_code"], "Ada")
     assert ask_json(ada, classroom["id"], "Why do bees dance?").status_code == 200
     [mine] = ada.get("/api/pupil/questions").json()["questions"]
     assert set(mine) == {"id", "passage_id", "question", "status", "answer", "error", "asked_at", "finished_at"}
-    [stored] = stored_questions(teacher, classroom["id"])
-    assert stored["pupil_id"] and stored["replica"]  # kept in the record, not given to the pupil
+    [theirs] = stored_questions(teacher, classroom["id"])
+    assert {"pupil_id", "replica", "variant"}.isdisjoint(theirs) and theirs["pupil"] == "Ada"
+    detail = teacher.get(f"/api/classrooms/{classroom['id']}").json()
+    assert settings.backend.base_url not in str(detail)
+    with httpx.Client(base_url=teacher.base_url, headers=operator_headers(settings)) as operator:
+        [whole] = routed_questions(operator, classroom["id"])
+        assert whole["pupil_id"] and whole["replica"] == settings.backend.base_url
+        assert teacher.get(f"/api/operator/classrooms/{classroom['id']}").status_code in (401, 403)
 
 
 def test_production_refuses_cookies_that_travel_without_https() -> None:

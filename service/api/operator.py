@@ -13,9 +13,10 @@ from pydantic import BaseModel, Field, ValidationError
 
 from service import stats
 from service.backends import BackendConfig, Canary, Variant
-from service.deps import OperatorAuth, ServicesDep
+from service.deps import OperatorAuth, ServicesDep, StoreDep
 from service.errors import InvalidInput
 from service.fleet import Fleet
+from service.records import QuestionRecord
 from service.vllm_metrics import VllmFigures
 
 router = APIRouter(prefix="/api/operator", tags=["operator"])
@@ -54,6 +55,15 @@ class StatsOut(BaseModel):
     by_classroom: dict[str, stats.Figures]
     classroom_names: dict[str, str]
     series: dict[str, list[stats.Point]] = Field(description="per variant, per minute")
+
+
+class ClassroomRouting(BaseModel):
+    """Where a class's questions went and which replicas hold its passage: the stored records whole."""
+
+    classroom_id: str
+    active_passage_id: str | None
+    warmed_on: list[str]
+    questions: list[QuestionRecord] = Field(description="newest first")
 
 
 def _backends(fleet: Fleet) -> BackendsOut:
@@ -154,4 +164,22 @@ async def operator_stats(_: OperatorAuth, services: ServicesDep, window_s: Windo
             variant: stats.series([r for r in records if (r.variant or "none") == variant], since, until, 60)
             for variant in sorted({r.variant or "none" for r in records})
         },
+    )
+
+
+@router.get("/classrooms/{classroom_id}")
+async def classroom_routing(
+    _: OperatorAuth,
+    classroom_id: str,
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> ClassroomRouting:
+    """A class's latest questions as stored (replica, variant, errors) and the replicas warmed with its passage."""
+    classroom = await store.get_classroom(classroom_id)
+    active = await store.active_passage_id(classroom.id)
+    return ClassroomRouting(
+        classroom_id=classroom.id,
+        active_passage_id=active,
+        warmed_on=await store.warmed(active) if active else [],
+        questions=await store.list_questions(classroom.id, limit=limit),
     )

@@ -66,8 +66,9 @@ class ClassroomList(BaseModel):
 
 class ClassroomDetail(ClassroomOut):
     active_passage_id: str | None
-    # Replicas that already hold the active passage in their prefix cache (sent ahead of the pupils).
-    active_passage_warmed_on: list[str]
+    # Whether a replica already holds the active passage in its prefix cache (sent ahead of the pupils);
+    # which replicas, operators see (/api/operator/classrooms/{id}).
+    active_passage_warmed: bool
     passages: list[Passage]
 
 
@@ -88,8 +89,32 @@ class ChooseActivePassage(BaseModel):
     passage_id: str
 
 
+class TeacherQuestion(BaseModel):
+    """A question as the class's teacher sees it: who asked what, the answer, its usage and timings; not
+    where it was routed (operators alone see replicas)."""
+
+    id: str
+    classroom_id: str
+    passage_id: str
+    pupil: str
+    question: str
+    status: QuestionStatus
+    answer: str
+    error: str | None
+    finish_reason: str | None
+    usage: Usage | None
+    ttft_ms: float | None
+    total_ms: float | None
+    asked_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, record: QuestionRecord) -> "TeacherQuestion":
+        return cls.model_validate(record.model_dump(include=set(cls.model_fields)))
+
+
 class QuestionList(BaseModel):
-    questions: list[QuestionRecord]
+    questions: list[TeacherQuestion]
 
 
 # Pupils

@@ -20,6 +20,7 @@ from service.api.schemas import (
     QuestionList,
     SignIn,
     TeacherOut,
+    TeacherQuestion,
     UpdateClassroom,
 )
 from service.deps import (
@@ -78,7 +79,7 @@ async def _detail(store: Store, classroom: Classroom) -> ClassroomDetail:
     return ClassroomDetail(
         **ClassroomOut.of(classroom).model_dump(),
         active_passage_id=active,
-        active_passage_warmed_on=await store.warmed(active) if active else [],
+        active_passage_warmed=bool(await store.warmed(active)) if active else False,
         passages=await store.list_passages(classroom.id),
     )
 
@@ -152,7 +153,7 @@ async def list_questions(
     questions = await store.list_questions(
         classroom.id, limit=limit, offset=offset, pupil_name=pupil, passage_id=passage_id
     )
-    return QuestionList(questions=questions)
+    return QuestionList(questions=[TeacherQuestion.of(q) for q in questions])
 
 
 @router.get("/api/classrooms/{classroom_id}/stats")
@@ -184,6 +185,6 @@ async def live_questions(classroom: OwnClassroom, store: StoreDep, services: Ser
 
     async def events() -> AsyncGenerator[ServerSentEvent]:
         async for record in store.classroom_events(classroom.id):
-            yield ServerSentEvent(event="question", data=record.model_dump_json())
+            yield ServerSentEvent(event="question", data=TeacherQuestion.of(record).model_dump_json())
 
     return EventSourceResponse(events(), ping=services.settings.answer.keepalive_s, headers=STREAM_HEADERS)
