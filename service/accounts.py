@@ -13,6 +13,7 @@ from service.errors import (
     NotSignedIn,
     SessionExpired,
     SignInFailed,
+    TooManyFailedAttempts,
     WrongJoinCode,
 )
 from service.records import Classroom, PupilSession, Teacher
@@ -32,6 +33,8 @@ class Accounts:
         self._store = store
         self._teacher_lifetime = timedelta(hours=auth.teacher_session_hours)
         self._pupil_lifetime = timedelta(hours=auth.pupil_session_hours)
+        self._most_failures = auth.failed_attempts_per_client
+        self._failure_window_s = auth.failed_attempts_window_s
         self._asking: dict[str, PupilSession] = {}
 
     async def add_teacher(self, email: str, name: str, password: str) -> Teacher:
@@ -46,15 +49,22 @@ class Accounts:
             raise InvalidInput(f"There is already a teacher with the email {email}.")
         return teacher
 
-    async def sign_in(self, email: str, password: str) -> tuple[str, Teacher]:
+    async def _check_attempts(self, kind: str, client: str, what: str) -> None:
+        failures, retry_after_s = await self._store.failed_attempts(kind, client)
+        if failures >= self._most_failures:
+            raise TooManyFailedAttempts(what, retry_after_s)
+
+    async def sign_in(self, email: str, password: str, client: str) -> tuple[str, Teacher]:
+        await self._check_attempts("sign_in", client, "wrong passwords")
         teacher = await self._store.teacher_by_email(email.strip().lower())
         try:
             # Argon2 takes tens of milliseconds on purpose: off the event loop.
             await anyio.to_thread.run_sync(_hasher.verify, teacher.password_hash if teacher else _DUMMY_HASH, password)
-        except VerificationError as exc:
+            if teacher is None:
+                raise SignInFailed()
+        except (VerificationError, SignInFailed) as exc:
+            await self._store.add_failed_attempt("sign_in", client, self._failure_window_s)
             raise SignInFailed() from exc
-        if teacher is None:
-            raise SignInFailed()
         return await self._store.start_teacher_session(teacher.id, self._teacher_lifetime), teacher
 
     async def teacher(self, token: str | None) -> Teacher:
@@ -65,9 +75,13 @@ class Accounts:
             raise SessionExpired(pupil=False)
         return teacher
 
-    async def join(self, code: str, name: str) -> tuple[str, PupilSession, Classroom]:
+    async def join(self, code: str, name: str, client: str) -> tuple[str, PupilSession, Classroom]:
+        """`client`: who is trying (its address): wrong codes are counted per client, so that guessing codes
+        is stopped whatever names a script gives."""
+        await self._check_attempts("join", client, "wrong class codes")
         classroom = await self._store.classroom_by_join_code(code)
         if classroom is None:
+            await self._store.add_failed_attempt("join", client, self._failure_window_s)
             raise WrongJoinCode(code.strip())
         if not classroom.is_open:
             raise ClassClosed()

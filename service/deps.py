@@ -26,6 +26,12 @@ def set_session_cookie(response: Response, name: str, token: str, hours: float, 
     response.set_cookie(name, token, max_age=int(hours * 3600), httponly=True, samesite="lax", secure=secure)
 
 
+def client_of(request: Request) -> str:
+    """Who sent the request: its address (behind a proxy, uvicorn's proxy headers set it from
+    X-Forwarded-For for the trusted proxies)."""
+    return request.client.host if request.client else "unknown"
+
+
 async def get_services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services

@@ -166,6 +166,19 @@ class TooManyQuestions(ServiceError):
         )
 
 
+class TooManyFailedAttempts(ServiceError):
+    status_code = 429
+    code = "too_many_attempts"
+
+    def __init__(self, what: str, retry_after_s: int) -> None:
+        minutes = max(1, round(retry_after_s / 60))
+        super().__init__(
+            f"Too many {what} from this device. Please wait {minutes} minute{'s' if minutes > 1 else ''}, "
+            "then try again, or ask your teacher.",
+            headers={"Retry-After": str(retry_after_s)},
+        )
+
+
 class PassageNotFound(ServiceError):
     status_code = 404
     code = "passage_not_found"

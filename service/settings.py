@@ -142,6 +142,11 @@ class AuthSettings(BaseModel):
     teacher_session_hours: float = 12.0
     # A school day: a pupil joins once in the morning.
     pupil_session_hours: float = 8.0
+    # Wrong class codes (or wrong passwords) one client address may try within the window before it must
+    # wait. A whole school behind one address mistypes far fewer; a script guessing codes (31^8 of them)
+    # gets nowhere at this pace.
+    failed_attempts_per_client: int = 100
+    failed_attempts_window_s: int = 600
     # Cookies only over HTTPS; off for the local stack on http://127.0.0.1, required in production.
     secure_cookies: bool = False
     # Sites other than the service's own host allowed to write with its cookies (e.g. a school's portal

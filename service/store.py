@@ -95,6 +95,10 @@ class Keys:
         return f"joincode:{code}"
 
     @staticmethod
+    def failed_attempts(kind: str, client: str) -> str:
+        return f"failed:{kind}:{client}"
+
+    @staticmethod
     def passages(classroom_id: str) -> str:
         return f"cls:{classroom_id}:passages"
 
@@ -370,6 +374,25 @@ class Store:
             classroom=Classroom.model_validate_json(classroom),
             passage=None if passage is None else Passage.model_validate_json(passage),
         )
+
+    async def failed_attempts(self, kind: str, client: str) -> tuple[int, int]:
+        """How many `kind` attempts (join, sign_in) of a client failed in its current window, and the
+        seconds left of that window."""
+        key = Keys.failed_attempts(kind, client)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.get(key)
+            pipe.ttl(key)
+            count, ttl = await pipe.execute()
+        return int(count or 0), max(int(ttl), 1)
+
+    async def add_failed_attempt(self, kind: str, client: str, window_s: int) -> None:
+        """One more failure; the window starts with the first (a fixed window, kept in Redis so that every
+        service process counts the same client alike)."""
+        key = Keys.failed_attempts(kind, client)
+        async with self.redis.pipeline(transaction=True) as tx:
+            tx.incr(key)
+            tx.expire(key, window_s, nx=True)
+            await tx.execute()
 
     async def classroom_by_join_code(self, code: str) -> Classroom | None:
         classroom_id = await self.redis.get(Keys.join_code(normalize_join_code(code)))

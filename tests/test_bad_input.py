@@ -5,15 +5,18 @@ from contextlib import closing
 
 import httpx
 
+from service.app import create_app
 from service.processes import free_port
 from service.settings import Settings
-from tests.conftest import Join
+from tests.conftest import Join, ServerThread, isolated
 from tests.helpers import (
+    PASSWORD,
     add_passage,
     ask_json,
     ask_streaming,
     create_classroom,
     error_of,
+    new_teacher_account,
     operator_headers,
     passage_text,
     signed_in_teacher,
@@ -178,3 +181,29 @@ def test_unknown_routes_and_wrong_methods_answer_in_the_one_error_shape(service:
     assert wrong.status_code == 405
     assert error_of(wrong)["code"] == "method_not_allowed"
     assert wrong.headers["allow"] == "POST"
+
+
+def test_guessing_class_codes_or_passwords_is_stopped_per_client(settings: Settings) -> None:
+    own = isolated(settings, auth=settings.auth.model_copy(update={"failed_attempts_per_client": 3}))
+    email = new_teacher_account(own)
+    with ServerThread(create_app(own)) as running, httpx.Client(base_url=running.url) as client:
+        teacher = httpx.Client(base_url=running.url)
+        assert teacher.post("/api/teacher/session", json={"email": email, "password": PASSWORD}).status_code == 200
+        code = create_classroom(teacher)["join_code"]
+        for i, guess in enumerate(("AAAA-AAAA", "BBBB-BBBB", "CCCC-CCCC")):
+            assert client.post("/api/join", json={"join_code": guess, "name": f"Name {i}"}).status_code == 404
+        stopped = client.post("/api/join", json={"join_code": code, "name": "Ada"})  # even the right code, now
+        assert stopped.status_code == 429
+        assert error_of(stopped)["code"] == "too_many_attempts"
+        assert "wrong class codes" in error_of(stopped)["message"]
+        assert 0 < int(stopped.headers["retry-after"]) <= own.auth.failed_attempts_window_s
+        assert "set-cookie" not in stopped.headers
+
+        for _ in range(3):
+            wrong = client.post("/api/teacher/session", json={"email": email, "password": "not " + PASSWORD})
+            assert wrong.status_code == 401
+        refused = client.post("/api/teacher/session", json={"email": email, "password": PASSWORD})
+        assert refused.status_code == 429 and "wrong passwords" in error_of(refused)["message"]
+        # A teacher already signed in is not locked out of their class by someone else's guesses.
+        assert teacher.get("/api/classrooms").status_code == 200
+        teacher.close()

@@ -26,6 +26,7 @@ from service.deps import (
     CurrentPupil,
     ServicesDep,
     StoreDep,
+    client_of,
     set_session_cookie,
 )
 
@@ -35,8 +36,10 @@ OWN_HISTORY_LIMIT = 200
 
 
 @router.post("/api/join", status_code=201)
-async def join(body: Join, accounts: AccountsDep, services: ServicesDep, response: Response) -> Joined:
-    token, session, classroom = await accounts.join(body.join_code, body.name)
+async def join(
+    body: Join, request: Request, accounts: AccountsDep, services: ServicesDep, response: Response
+) -> Joined:
+    token, session, classroom = await accounts.join(body.join_code, body.name, client_of(request))
     auth = services.settings.auth
     set_session_cookie(response, PUPIL_COOKIE, token, auth.pupil_session_hours, auth.secure_cookies)
     return Joined(classroom_id=classroom.id, classroom_name=classroom.name, name=session.name)

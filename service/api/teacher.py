@@ -32,6 +32,7 @@ from service.deps import (
     PromptsDep,
     ServicesDep,
     StoreDep,
+    client_of,
     set_session_cookie,
 )
 from service.documents import extract_text
@@ -44,8 +45,10 @@ router = APIRouter(tags=["teacher"])
 
 
 @router.post("/api/teacher/session")
-async def sign_in(body: SignIn, accounts: AccountsDep, services: ServicesDep, response: Response) -> TeacherOut:
-    token, teacher = await accounts.sign_in(body.email, body.password)
+async def sign_in(
+    body: SignIn, request: Request, accounts: AccountsDep, services: ServicesDep, response: Response
+) -> TeacherOut:
+    token, teacher = await accounts.sign_in(body.email, body.password, client_of(request))
     auth = services.settings.auth
     set_session_cookie(response, TEACHER_COOKIE, token, auth.teacher_session_hours, auth.secure_cookies)
     return TeacherOut.of(teacher)
