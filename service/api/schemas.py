@@ -2,7 +2,7 @@
 
 import unicodedata
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Self
 
 from pydantic import AfterValidator, BaseModel, StringConstraints
 
@@ -89,7 +89,15 @@ class ChooseActivePassage(BaseModel):
     passage_id: str
 
 
-class TeacherQuestion(BaseModel):
+class RecordView(BaseModel):
+    """A view of a stored question: the fields of the record that the view names, and no others."""
+
+    @classmethod
+    def of(cls, record: QuestionRecord) -> Self:
+        return cls.model_validate(record.model_dump(include=set(cls.model_fields)))
+
+
+class TeacherQuestion(RecordView):
     """A question as the class's teacher sees it: who asked what, the answer, its usage and timings; not
     where it was routed (operators alone see replicas)."""
 
@@ -107,10 +115,6 @@ class TeacherQuestion(BaseModel):
     total_ms: float | None
     asked_at: datetime
     finished_at: datetime | None
-
-    @classmethod
-    def of(cls, record: QuestionRecord) -> "TeacherQuestion":
-        return cls.model_validate(record.model_dump(include=set(cls.model_fields)))
 
 
 class QuestionList(BaseModel):
@@ -145,7 +149,7 @@ class PupilView(BaseModel):
     passage: PassageView | None
 
 
-class PupilQuestion(BaseModel):
+class PupilQuestion(RecordView):
     """A question as the pupil who asked it sees it: what was asked and answered, never the stored internals
     (ids of pupils, the replica it went to, the backend's own words)."""
 
@@ -157,10 +161,6 @@ class PupilQuestion(BaseModel):
     error: str | None
     asked_at: datetime
     finished_at: datetime | None
-
-    @classmethod
-    def of(cls, record: QuestionRecord) -> "PupilQuestion":
-        return cls.model_validate(record.model_dump(include=set(cls.model_fields)))
 
 
 class PupilQuestionList(BaseModel):

@@ -49,9 +49,7 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         if scope["method"] in UNSAFE and cross_site(scope, self.allowed):
-            await send(
-                {"type": "http.response.start", "status": 403, "headers": [(b"content-type", b"application/json")]}
-            )
+            await send({"type": "http.response.start", "status": 403, "headers": JSON})
             await send({"type": "http.response.body", "body": CROSS_SITE})
             return
         if scope["path"].startswith("/api/"):
