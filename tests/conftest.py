@@ -7,6 +7,7 @@ that need a fault the real servers cannot produce build their own fake, and say 
 import itertools
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -75,6 +76,14 @@ class Vllm:
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
+            self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL to the server's whole process group (API server and engine): a machine that dies."""
+        if self.process is not None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            assert self.process.popen is not None
+            self.process.popen.wait(10)
             self.process = None
 
     def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
