@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 MIDSTREAM_FAILURE = "The answer was cut short because the answering service stopped. Please ask again."
 PUPIL_LEFT = "The pupil left before the answer finished."
 NOT_STARTED = "The answer could not be started. Please ask again."
+TOO_SLOW = "The answering service took too long to answer. Please ask again in a moment."
 # A class changed this often while one question was being admitted: give up rather than loop.
 ADMISSION_ATTEMPTS = 5
 
@@ -115,6 +116,9 @@ class AnswerStream:
                         yield Token(piece.text)
                 if not reader.done:
                     raise StreamBroke("the stream ended before [DONE]")
+            except TimeoutError:  # nothing from vLLM for backend.read_timeout_s (aiohttp's sock_read)
+                log.warning("answer %s timed out waiting for the backend", self.record.id)
+                outcome = (QuestionStatus.INCOMPLETE, TOO_SLOW)
             except Exception:  # the stream broke: the connection cut, a protocol or server error mid-way
                 log.warning("answer %s cut short by the backend", self.record.id, exc_info=True)
                 outcome = (QuestionStatus.INCOMPLETE, MIDSTREAM_FAILURE)

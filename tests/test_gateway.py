@@ -18,9 +18,10 @@ import pytest
 
 from benchmarks.gateway import Answer, ask_service
 from loadtest.results import RunResult
+from service.app import create_app
 from service.settings import AnswerSettings, BackendSettings, Settings
 from service.upstream import ReplicaNotAnswering, ReplicaRefused, Upstream
-from tests.conftest import Vllm, isolated, service_process
+from tests.conftest import ServerThread, Vllm, isolated, service_process
 from tests.helpers import add_passage, create_classroom, joined_pupil, passage_text, signed_in_teacher, stored_questions
 
 
@@ -193,3 +194,34 @@ def test_the_load_tester_lets_every_request_of_four_bursts_be_in_flight_at_once(
         httpx.post(f"{root}/fake/config", json={"tpot_ms": 0.0}).raise_for_status()
     assert httpx.get(f"{root}/fake/connections").json()["most"] >= 120
     assert all(r.ok for r in RunResult.load(tmp_path / "run.json").benchmarks[0].requests)
+
+
+def test_a_backend_too_slow_to_answer_gets_keep_alives_then_a_sentence(settings: Settings, instant_vllm: str) -> None:
+    """vLLM takes longer than `backend.read_timeout_s` to send anything (the fake, set slow: a real vLLM
+    cannot be made slow on demand): the pupil's stream carries keep-alive comments meanwhile, then one
+    `error` event with a sentence; the question is stored, cut short, with that sentence."""
+    own = isolated(
+        settings,
+        backend=settings.backend.model_copy(update={"base_url": instant_vllm, "read_timeout_s": 2.0}),
+        answer=settings.answer.model_copy(update={"keepalive_s": 0.5}),
+    )
+    root = instant_vllm.removesuffix("/v1")
+    with ServerThread(create_app(own)) as service, closing(signed_in_teacher(own, service.url)) as teacher:
+        classroom = create_classroom(teacher)
+        add_passage(teacher, classroom["id"], passage_text(100))
+        pupil = joined_pupil(service.url, classroom["join_code"], "Ada")
+        httpx.post(f"{root}/fake/config", json={"ttft_ms": 6000.0}).raise_for_status()
+        try:
+            with pupil.stream("POST", f"/api/classrooms/{classroom['id']}/questions", json={"question": "Why?"}) as r:
+                lines = [line for line in r.iter_lines() if line]
+        finally:
+            httpx.post(f"{root}/fake/config", json={"ttft_ms": 0.0}).raise_for_status()
+            pupil.close()
+        keep_alives = [line for line in lines if line.startswith(":")]
+        assert len(keep_alives) >= 2, lines  # ~4 in the 2 s of silence
+        events = [line.removeprefix("event: ") for line in lines if line.startswith("event: ")]
+        assert events == ["question", "error"]
+        error = orjson.loads(lines[-1].removeprefix("data: "))
+        assert error["message"] == "The answering service took too long to answer. Please ask again in a moment."
+        [stored] = stored_questions(teacher, classroom["id"])
+        assert (stored["status"], stored["error"], stored["answer"]) == ("incomplete", error["message"], "")
