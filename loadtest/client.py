@@ -191,7 +191,6 @@ class PupilApiTarget:
         self._classroom: dict[str, str] = {}  # group -> classroom id
         self._pupils: dict[tuple[str, int], str] = {}  # (group, pupil) -> its Cookie header
         self._busy: dict[tuple[str, int], asyncio.Lock] = {}
-        self.warmed: set[str] = set()  # groups whose passage a replica holds, as the service said
 
     async def prepare(self, workload: Workload, warm_timeout_s: float = 120.0) -> None:
         self._session = self._session or new_session(self._connections)
@@ -221,11 +220,13 @@ class PupilApiTarget:
             # The service warms each new passage in the background; real classes ask minutes later.
             deadline = time.monotonic() + warm_timeout_s
             for group, classroom_id in self._classroom.items():
-                while time.monotonic() < deadline:
-                    details = (await teacher.get(f"/api/classrooms/{classroom_id}")).json()
-                    if details.get("active_passage_warmed"):
-                        self.warmed.add(group)
-                        break
+                while not (await teacher.get(f"/api/classrooms/{classroom_id}")).json()["active_passage_warmed"]:
+                    if time.monotonic() > deadline:
+                        # Unwarmed passages would measure another workload than the one reported.
+                        raise RuntimeError(
+                            f"the service did not warm the passage of {group} within {warm_timeout_s:g} s: "
+                            "its log says why (a replica down, the warm-up failing)"
+                        )
                     await asyncio.sleep(0.2)
 
     async def send(self, spec: RequestSpec, timeline: Timeline) -> None:

@@ -30,7 +30,7 @@ from service.model.prepare import prepare_model
 from service.processes import ManagedProcess, free_port
 from service.redis_server import start_redis
 from service.settings import AnswerSettings, BackendSettings, ModelSettings, RedisSettings, Settings
-from tests.helpers import joined_pupil, signed_in_teacher
+from tests.helpers import answers_readyz, joined_pupil, signed_in_teacher
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = ROOT / "var" / "test"
@@ -204,15 +204,8 @@ def service_process(settings: Settings, workers: int = 1) -> Iterator[RunningSer
     process = ManagedProcess("the service", argv, STATE / "logs" / f"service-{port}.log", env=env)
     process.start()
     url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
-        process.wait_until(ready, 60)
+        process.wait_until(lambda: answers_readyz(url), 60)
         yield RunningService(url, process.log_path, settings.state_dir / "run" / f"metrics-{port}")
     finally:
         process.stop()

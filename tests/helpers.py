@@ -168,3 +168,11 @@ def metric_samples(text: str, classroom_id: str) -> dict[tuple[str, str], float]
                 key = (sample.name, sample.labels.get("outcome", ""))
                 samples[key] = samples.get(key, 0.0) + sample.value
     return samples
+
+
+def answers_readyz(url: str) -> bool:
+    """The service at `url` says it can answer (Redis and vLLM reachable)."""
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

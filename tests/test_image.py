@@ -14,6 +14,7 @@ import httpx
 
 from service.processes import ManagedProcess, free_port
 from service.settings import Settings
+from tests.helpers import answers_readyz
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
@@ -74,15 +75,8 @@ def test_what_the_dockerfile_copies_installs_and_serves(settings: Settings, tmp_
     }
     process = ManagedProcess("the image's CMD", [str(venv / "bin" / cmd[0]), *cmd[1:]], tmp_path / "serve.log", env=env)
     process.start()
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
     try:
-        process.wait_until(ready, 60)
+        process.wait_until(lambda: answers_readyz(f"http://127.0.0.1:{port}"), 60)
         page = httpx.get(f"http://127.0.0.1:{port}/")  # the pages, from the image's frontend/
         assert page.status_code == 200 and "<html" in page.text.lower()
     finally:
