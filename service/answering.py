@@ -13,25 +13,28 @@ read brought (the first piece is never held back for the next).
 """
 
 import asyncio
+import functools
 import itertools
 import logging
 import math
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import NoReturn
 
 import aiohttp
 import anyio
-import orjson
 
 from service.accounts import Accounts
 from service.classes import ClassCache
 from service.errors import (
+    WAITED_TOO_LONG,
     AnswerInProgress,
     BackendFailed,
     BackendUnavailable,
     ClassClosed,
+    LineFull,
     NoActivePassage,
     SessionExpired,
     TooManyQuestions,
@@ -41,7 +44,8 @@ from service.fleet import Fleet
 from service.metrics import Metrics
 from service.prompting import Prompts
 from service.records import Passage, QuestionRecord, QuestionStatus, Usage, utcnow
-from service.store import RateLimit, Store, new_id
+from service.store import RateLimit, Store, TurnLine, new_id
+from service.turns import TurnNotInTime, Turns
 from service.upstream import ReplicaAnswered, ReplicaNotAnswering, ReplicaRefused, Upstream
 from service.vllm_stream import StreamBroke, StreamReader
 
@@ -61,6 +65,13 @@ class Token:
 
 
 @dataclass(frozen=True, slots=True)
+class InLine:
+    """The question waits for its turn: `place` questions (this one included) have theirs before it starts."""
+
+    place: int
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
     record: QuestionRecord
 
@@ -71,27 +82,49 @@ class Failed:
     message: str
 
 
-AnswerEvent = Token | Finished | Failed
+AnswerEvent = InLine | Token | Finished | Failed
+
+
+class NotStarted(Exception):
+    """The answer could not be started; its record is stored failed already."""
+
+    def __init__(self, record: QuestionRecord, failure: BackendFailed | BackendUnavailable) -> None:
+        super().__init__(failure.message)
+        self.record = record
+        self.failure = failure
+
+
+Opener = Callable[[QuestionRecord], Awaitable[tuple[QuestionRecord, aiohttp.ClientResponse]]]
+
+
+@dataclass(slots=True)
+class Waiting:
+    """A question in line for its turn on `line`; `opener` starts it when the turn comes."""
+
+    places: AsyncGenerator[int]
+    opener: Opener
 
 
 class AnswerStream:
-    """An answer in flight. Iterate `events()` once; the record is stored however the iteration ends."""
+    """An answer in flight, or waiting for its turn. Iterate `events()` once; the record is stored however the
+    iteration ends."""
 
     def __init__(
         self,
         record: QuestionRecord,
-        upstream: aiohttp.ClientResponse,
+        upstream: aiohttp.ClientResponse | Waiting,
         store: Store,
         metrics: Metrics,
         started: float,
-        queue_wait_s: float,
+        line: TurnLine | None,
     ) -> None:
         self.record = record
         self._upstream = upstream
         self._store = store
-        self._metrics = metrics
+        self._metrics: Metrics | None = metrics
         self._started = started
-        self._queue_wait_s = queue_wait_s
+        self._queue_wait_s = time.perf_counter() - started
+        self._line = line
 
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self._started) * 1000
@@ -104,8 +137,28 @@ class AnswerStream:
         usage: Usage | None = None
         outcome: tuple[QuestionStatus, str | None] | None = None
         try:
+            if isinstance(self._upstream, Waiting):
+                waiting = self._upstream
+                try:
+                    async with aclosing(waiting.places) as places:
+                        async for place in places:
+                            yield InLine(place)
+                    self.record, self._upstream = await waiting.opener(self.record)
+                except TurnNotInTime:
+                    outcome = (QuestionStatus.FAILED, WAITED_TOO_LONG)
+                    self.record = self._finish(outcome, parts, token_times, usage, finish_reason)
+                    await self._store.finish_question(self.record, self._line)
+                    yield Failed(self.record, WAITED_TOO_LONG)
+                    return
+                except NotStarted as exc:  # stored and counted failed already
+                    outcome = (QuestionStatus.FAILED, exc.failure.message)
+                    self.record, self._metrics = exc.record, None
+                    yield Failed(self.record, exc.failure.message)
+                    return
+                self._queue_wait_s = time.perf_counter() - self._started
+            upstream = self._upstream
             try:
-                async for data in self._upstream.content.iter_any():
+                async for data in upstream.content.iter_any():
                     piece = reader.feed(data)
                     if piece.tokens:  # the time to first token is the first chunk with tokens, text or not yet
                         token_times.extend(itertools.repeat(time.perf_counter(), piece.tokens))
@@ -125,7 +178,7 @@ class AnswerStream:
             else:
                 outcome = (QuestionStatus.ANSWERED, None)
             self.record = self._finish(outcome, parts, token_times, usage, finish_reason)
-            await self._store.finish_question(self.record)
+            await self._store.finish_question(self.record, self._line)
             if outcome[1] is None:
                 yield Finished(self.record)
             else:
@@ -134,15 +187,19 @@ class AnswerStream:
             with anyio.CancelScope(shield=True):
                 if outcome is None:
                     # The consumer went away (the pupil closed the page): keep what was said so far.
-                    outcome = (QuestionStatus.INCOMPLETE, PUPIL_LEFT)
+                    started = not isinstance(self._upstream, Waiting)
+                    outcome = (QuestionStatus.INCOMPLETE if started else QuestionStatus.FAILED, PUPIL_LEFT)
                     self.record = self._finish(outcome, parts, token_times, usage, finish_reason)
-                    await self._store.finish_question(self.record)
-                if reader.done:
+                    await self._store.finish_question(self.record, self._line)
+                if isinstance(self._upstream, Waiting):
+                    pass  # it never started
+                elif reader.done:
                     self._upstream.release()  # the connection goes back to the pool
                 else:
                     self._upstream.close()  # vLLM aborts a request whose stream is closed
-                gaps = [later - earlier for earlier, later in zip(token_times, token_times[1:], strict=False)]
-                self._metrics.observe(self.record, gaps, self._queue_wait_s)
+                if self._metrics is not None:
+                    gaps = [later - earlier for earlier, later in zip(token_times, token_times[1:], strict=False)]
+                    self._metrics.observe(self.record, gaps, self._queue_wait_s)
 
     def _finish(
         self,
@@ -185,6 +242,7 @@ class Answering:
         fleet: Fleet,
         upstream: Upstream,
         metrics: Metrics,
+        turns: Turns,
         *,
         model: str,
         max_tokens: int,
@@ -199,6 +257,7 @@ class Answering:
         self._fleet = fleet
         self._upstream = upstream
         self._metrics = metrics
+        self._turns = turns
         self._model = model
         self._max_tokens = max_tokens
         self._temperature = temperature
@@ -225,9 +284,15 @@ class Answering:
                 variant=variant,
                 replica=replicas[0] if replicas else None,
             )
+            # The turn is taken on the replica planned first, and kept should the question go to the next.
+            line = self._turns.line(replicas[0]) if replicas and self._turns.enabled else None
+            if line:
+                self._turns.expect(record.id)
             admission = await self._store.admit_question(
-                session_token or "", record, version, self._rate, self._longest_answer_s
+                session_token or "", record, version, self._rate, self._longest_answer_s, line
             )
+            if admission.outcome != "queued":
+                self._turns.forget(record.id)
             if admission.outcome != "stale":  # else a teacher changed the class: ask about what it is now
                 break
         else:
@@ -239,24 +304,26 @@ class Answering:
             raise AnswerInProgress()
         if admission.outcome == "limited":
             raise TooManyQuestions(self._rate.most, max(1, math.ceil(admission.retry_after_s)))
-        body = orjson.dumps(
-            {
-                "model": self._model,
-                "messages": self._prompts.chat(system_message, question),
-                "max_tokens": self._max_tokens,
-                "temperature": self._temperature,
-                "stream": True,
-                "stream_options": {"include_usage": True},
-            }
+        if admission.outcome == "full":
+            await self._refuse(record)
+        body = self._prompts.request_body(
+            system_message, question, model=self._model, max_tokens=self._max_tokens, temperature=self._temperature
         )
+        if admission.outcome == "queued":
+            assert line is not None
+            places = self._turns.wait(line, classroom_id, record.id, admission.place)
+            waiting = Waiting(places, functools.partial(self._start, body=body, replicas=replicas, line=line))
+            return AnswerStream(record, waiting, self._store, self._metrics, started, line)
         try:
-            return await self._start(record, body, replicas, started)
-        except (BackendFailed, BackendUnavailable):
-            raise  # stored as failed already
+            record, upstream = await self._start(record, body=body, replicas=replicas, line=line)
+        except NotStarted as exc:
+            raise exc.failure from None  # stored as failed already
         except BaseException as exc:  # cancelled (the pupil left before the answer began), or a bug
             with anyio.CancelScope(shield=True):
-                await self._fail(record, PUPIL_LEFT if isinstance(exc, asyncio.CancelledError) else NOT_STARTED)
+                message = PUPIL_LEFT if isinstance(exc, asyncio.CancelledError) else NOT_STARTED
+                await self._fail(record, message, line)
             raise
+        return AnswerStream(record, upstream, self._store, self._metrics, started, line)
 
     async def _open_class(self, classroom_id: str, *, stale: bool) -> tuple[int, Passage, str]:
         """The class a question is asked in, open and with a passage: its version, the passage and its system
@@ -271,7 +338,11 @@ class Answering:
             raise NoActivePassage()
         return cached.version, cached.passage, cached.system_message
 
-    async def _start(self, record: QuestionRecord, body: bytes, replicas: list[str], started: float) -> AnswerStream:
+    async def _start(
+        self, record: QuestionRecord, *, body: bytes, replicas: list[str], line: TurnLine | None
+    ) -> tuple[QuestionRecord, aiohttp.ClientResponse]:
+        """The first replica of `replicas` that takes the question, and its response once the headers are in;
+        else the record is stored failed (`NotStarted`)."""
         failure: BackendFailed | BackendUnavailable = BackendUnavailable()
         tried: str | None = None
         for url in replicas:
@@ -290,13 +361,22 @@ class Answering:
                 log.warning("replica %s refused a question of class %s: %s", url, record.classroom_id, exc.message)
                 failure, tried = BackendFailed("The answering service refused the question. Please try again."), url
                 break
-            record = record.model_copy(update={"replica": url})
-            wait_s = time.perf_counter() - started
-            return AnswerStream(record, upstream, self._store, self._metrics, started, wait_s)
-        await self._fail(record.model_copy(update={"replica": tried}), failure.message)
-        raise failure
+            return record.model_copy(update={"replica": url}), upstream
+        failed = await self._fail(record.model_copy(update={"replica": tried}), failure.message, line)
+        raise NotStarted(failed, failure)
 
-    async def _fail(self, record: QuestionRecord, message: str) -> None:
+    async def _fail(self, record: QuestionRecord, message: str, line: TurnLine | None) -> QuestionRecord:
         failed = record.model_copy(update={"status": QuestionStatus.FAILED, "error": message, "finished_at": utcnow()})
-        await self._store.finish_question(failed)
+        await self._store.finish_question(failed, line)
         self._metrics.observe(failed)
+        return failed
+
+    async def _refuse(self, record: QuestionRecord) -> NoReturn:
+        """The line was full: the question is stored refused, and the pupil told when to ask again."""
+        error = LineFull(self._turns.retry_after_s)
+        refused = record.model_copy(
+            update={"status": QuestionStatus.REFUSED, "error": error.message, "finished_at": utcnow()}
+        )
+        await self._store.refuse_question(refused)
+        self._metrics.observe(refused)
+        raise error

@@ -4,6 +4,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -15,6 +16,16 @@ from service.api.router import api_router
 from service.api.security import SecurityMiddleware
 from service.services import open_services
 from service.settings import Settings
+
+# uvicorn's own logging, and the service's lines from INFO up through the same handler, with their level
+# (without it only warnings would reach the log, bare): operators read the warm-up bursts' timings there.
+LOG_CONFIG: dict[str, Any] = {
+    **uvicorn.config.LOGGING_CONFIG,
+    "loggers": {
+        **uvicorn.config.LOGGING_CONFIG["loggers"],
+        "service": {"handlers": ["default"], "level": "INFO", "propagate": False},
+    },
+}
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -50,6 +61,7 @@ def serve(settings: Settings, workers: int | None = None) -> None:
             loop="uvloop",
             http="httptools",
             access_log=api.access_log,
+            log_config=LOG_CONFIG,
         )
         return
     folder = (settings.state_dir / "run" / f"metrics-{api.port}").resolve()
@@ -65,4 +77,5 @@ def serve(settings: Settings, workers: int | None = None) -> None:
         loop="uvloop",
         http="httptools",
         access_log=api.access_log,
+        log_config=LOG_CONFIG,
     )

@@ -166,6 +166,21 @@ class TooManyQuestions(ServiceError):
         )
 
 
+class LineFull(ServiceError):
+    status_code = 429
+    code = "line_full"
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(
+            f"Many pupils are asking at the moment and the line is full. Your question was saved; please ask "
+            f"it again in {retry_after_s} seconds.",
+            headers={"Retry-After": str(retry_after_s)},
+        )
+
+
+WAITED_TOO_LONG = "Many pupils are asking at the moment and your turn did not come in time. Please ask again."
+
+
 class TooManyFailedAttempts(ServiceError):
     status_code = 429
     code = "too_many_attempts"

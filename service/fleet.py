@@ -21,11 +21,13 @@ from openai import AsyncOpenAI, Timeout
 from service.backends import BackendConfig, Router
 from service.settings import Settings
 from service.store import Store, connect
-from service.vllm_metrics import VllmFigures, parse_vllm_metrics, root_url
+from service.vllm_metrics import VllmFigures, parse_vllm_metrics, root_url, started_at
 
 log = logging.getLogger(__name__)
 
 ChangeListener = Callable[[], Awaitable[None]]
+# Told, after each round of probes, which of the replicas probed passed; it must return at once.
+ProbedListener = Callable[[list[str]], None]
 
 
 @dataclass
@@ -35,6 +37,9 @@ class ReplicaState:
     error: str | None = "not probed yet"
     checked_at: float = 0.0
     figures: VllmFigures = field(default_factory=VllmFigures)
+    # Which run of the replica answered the probes (its start time, where its /metrics says): a restart
+    # changes it. Kept when a probe cannot read /metrics.
+    run: str = ""
 
 
 class Fleet:
@@ -48,6 +53,7 @@ class Fleet:
         self._clients: dict[str, AsyncOpenAI] = {}
         self._http = httpx.AsyncClient(timeout=settings.routing.probe_timeout_s)
         self._listeners: list[ChangeListener] = []
+        self._probed_listeners: list[ProbedListener] = []
         self._tasks: list[asyncio.Task[None]] = []
 
     # Life cycle
@@ -70,6 +76,17 @@ class Fleet:
     def on_change(self, listener: ChangeListener) -> None:
         """Called when the configuration changes or a replica comes back: time to warm caches."""
         self._listeners.append(listener)
+
+    def on_probed(self, listener: ProbedListener) -> None:
+        """Called after every round of probes (the first at start, and a new replica's first) with the
+        replicas that passed: where the warm-up finds a replica that came up."""
+        self._probed_listeners.append(listener)
+
+    def _probed(self, urls: list[str]) -> None:
+        passed = [url for url in urls if self.replicas[url].healthy]
+        if passed:
+            for listener in self._probed_listeners:
+                listener(passed)
 
     async def _changed(self) -> None:
         for listener in self._listeners:
@@ -153,12 +170,14 @@ class Fleet:
         new = [url for url in self.config.replica_urls() if url not in self.replicas]
         if new:
             await asyncio.gather(*(self._probe(url) for url in new))
+            self._probed(new)
 
     async def probe_all(self) -> bool:
         """Probe every configured replica; True if one came back to health."""
         before = self.healthy()
         urls = self.config.replica_urls()
         await asyncio.gather(*(self._probe(url) for url in urls))
+        self._probed(urls)
         return bool((self.healthy() & set(urls)) - before)
 
     async def _probe(self, url: str) -> None:
@@ -175,6 +194,8 @@ class Fleet:
                 raise ValueError(f"serves {served}, not {name}")
             metrics = await self._http.get(f"{root}/metrics")
             state.figures = parse_vllm_metrics(metrics.text) if metrics.is_success else VllmFigures()
+            if metrics.is_success:
+                state.run = started_at(metrics.text)
             state.healthy, state.error = True, None
         except (httpx.HTTPError, ValueError, KeyError) as exc:
             state.healthy, state.error = False, str(exc) or type(exc).__name__

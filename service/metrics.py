@@ -121,6 +121,15 @@ class Metrics:
             registry=registry,
         )
 
+        self.warmup_burst = Histogram(
+            "classroom_warmup_burst_seconds",
+            "Warm-up bursts sent to a replica that came up, by how long they took to be answered: a fresh "
+            "GPU replica's first takes seconds (its sampler compiling), later ones a fraction of one.",
+            ["replica"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+
     def _child(self, metric: M, classroom_id: str, *labels: str) -> M:
         self.classrooms.used(classroom_id, metric, labels)
         return metric.labels(*labels)

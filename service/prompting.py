@@ -1,19 +1,56 @@
-"""Chat messages for one question, and the token budget that decides how long a passage may be.
+"""The prompt of one question, the request that carries it to vLLM, and the token budget that decides how
+long a passage may be.
 
 The layout is what makes prefix caching work for a class: the system message holds the fixed
 instructions and then the passage, byte-identical for every pupil; the question comes last, in the
 user message. Nothing pupil-specific (name, time, question) stands before the passage. prompts/README.md
-says why, and tests/test_prompt_layout.py holds the layout to it.
+says why, and tests/test_prompt_layout.py holds the layout to it. The `question_first` layout, the
+question ahead of the passage, exists only to measure what that buys.
+
+A prompt goes to vLLM as chat messages, or (`backend.prompt_format: token_ids`) as the very token ids
+vLLM would make of them: the passage's prefix is rendered and tokenised once per passage, up to and
+including the special token that opens the user turn, and each question tokenises only the rest. A
+special token is split out of the text before BPE sees it, so the two parts tokenise independently;
+tests/test_token_prompts.py proves the ids equal the chat's.
 """
 
+import secrets
+from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+import orjson
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from openai.types.chat import ChatCompletionMessageParam
 
 from service.errors import InvalidInput, PassageTooLong, QuestionTooLong
 from service.settings import Settings
 from service.tokens import ModelTokenizer
+
+PromptLayout = Literal["passage_first", "question_first"]
+PromptFormat = Literal["chat", "token_ids"]
+# Passages whose token prefix one process keeps, the least recently asked about going first: the active
+# passages of a few hundred classes, each ~6 bytes a token (kept as the JSON the request carries).
+PREFIXES_KEPT = 256
+
+
+@dataclass(frozen=True, slots=True)
+class TokenPrefix:
+    """A passage's prompt in token ids, split where the question's part begins."""
+
+    # The ids up to and including the special token that opens the user turn, as JSON, each with the comma
+    # that follows it in the request's list ("1,2,3,").
+    ids_json: bytes
+    # The rendered text around the question in the rest of the prompt (for passage_first "user\n" and
+    # "<|im_end|>\n<|im_start|>assistant\n"): tokenised with each question.
+    head: str
+    tail: str
+
+    @property
+    def ids(self) -> list[int]:
+        ids: list[int] = orjson.loads(b"[" + self.ids_json.removesuffix(b",") + b"]")
+        return ids
 
 
 class Prompts:
@@ -26,11 +63,21 @@ class Prompts:
         answer_max_tokens: int,
         question_max_chars: int,
         question_max_tokens: int,
+        layout: PromptLayout = "passage_first",
+        prompt_format: PromptFormat = "chat",
     ) -> None:
         env = Environment(loader=FileSystemLoader(templates_dir), undefined=StrictUndefined, autoescape=False)
         self._system = env.get_template("system.j2")
         self._question = env.get_template("question.j2")
+        self._passage = env.get_template("passage.j2")
+        self._question_first = env.get_template("question_first.j2")
+        self._instructions = env.get_template("instructions.j2").render()
+        self.layout = layout
+        self.prompt_format = prompt_format
         self.tokenizer = tokenizer
+        self._prefixes: OrderedDict[str, TokenPrefix] = OrderedDict()
+        # Stands for the question while a passage's prefix is found; no passage holds it.
+        self._placeholder = f"\x00{secrets.token_hex(8)}\x00"
         self.question_max_chars = question_max_chars
         self.question_max_tokens = question_max_tokens
         # Tokens of the whole chat prompt around an empty passage and an empty question.
@@ -50,9 +97,16 @@ class Prompts:
             answer_max_tokens=settings.answer.max_tokens,
             question_max_chars=settings.limits.question_max_chars,
             question_max_tokens=settings.limits.question_max_tokens,
+            layout=settings.answer.prompt_layout,
+            prompt_format=settings.backend.prompt_format,
         )
 
     def system_message(self, title: str, text: str) -> str:
+        """The passage's part of every prompt, rendered once per passage (the class cache keeps it): in the
+        passage_first layout the system message, instructions and passage; in question_first the passage
+        block that follows the question."""
+        if self.layout == "question_first":
+            return self._passage.render(title=title, text=text)
         return self._system.render(title=title, text=text)
 
     def question_message(self, question: str) -> str:
@@ -62,11 +116,79 @@ class Prompts:
         return self.chat(self.system_message(title, text), question)
 
     def chat(self, system_message: str, question: str) -> list[ChatCompletionMessageParam]:
-        """The messages of one question, its passage's system message already rendered."""
+        """The messages of one question, its passage's part (`system_message`) already rendered."""
+        if self.layout == "question_first":
+            return [
+                {"role": "system", "content": self._instructions},
+                {"role": "user", "content": self._question_first.render(question=question, passage=system_message)},
+            ]
         return [
             {"role": "system", "content": system_message},
             {"role": "user", "content": self.question_message(question)},
         ]
+
+    def request_body(
+        self, system_message: str, question: str, *, model: str, max_tokens: int, temperature: float
+    ) -> bytes:
+        """The JSON body of one question's streamed request: chat messages for /v1/chat/completions, or
+        token ids for /v1/completions (`upstream.Upstream` posts to the one that goes with the format)."""
+        if self.prompt_format == "chat":
+            return orjson.dumps(
+                {
+                    "model": model,
+                    "messages": self.chat(system_message, question),
+                    "max_tokens": max_tokens,
+                    "temperature": temperature,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+            )
+        prefix = self.token_prefix(system_message)
+        rest = orjson.dumps(self.question_ids(prefix, question))
+        options = orjson.dumps(
+            {
+                "model": model,
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+        )
+        # {...options, "prompt": [the prefix's ids, the rest's]}; the rest is never empty (it ends the turn).
+        return b"".join((options[:-1], b',"prompt":[', prefix.ids_json, rest[1:], b"}"))
+
+    def token_prefix(self, system_message: str) -> TokenPrefix:
+        """The passage's prompt prefix in token ids, tokenised the first time a question asks for it."""
+        prefix = self._prefixes.get(system_message)
+        if prefix is not None:
+            self._prefixes.move_to_end(system_message)
+            return prefix
+        prefix = self._split(system_message)
+        self._prefixes[system_message] = prefix
+        if len(self._prefixes) > PREFIXES_KEPT:
+            self._prefixes.popitem(last=False)
+        return prefix
+
+    def question_ids(self, prefix: TokenPrefix, question: str) -> list[int]:
+        """The ids that follow `prefix` in the prompt of `question`."""
+        return self.tokenizer.encode(prefix.head + question + prefix.tail)
+
+    def _split(self, system_message: str) -> TokenPrefix:
+        rendered = self.tokenizer.render_chat(self.chat(system_message, self._placeholder))
+        if rendered.count(self._placeholder) != 1:
+            raise ValueError("the chat template does not hold the question exactly once")
+        at = rendered.index(self._placeholder)
+        # Right after the last special token before the question (the `<|im_start|>` of the user turn).
+        split = 0
+        for token in self.tokenizer.special_tokens:
+            found = rendered.rfind(token, 0, at)
+            if found >= 0:
+                split = max(split, found + len(token))
+        tail = rendered[at + len(self._placeholder) :]
+        if not tail:
+            raise ValueError("the chat template ends the prompt with the question: no turn for the answer")
+        ids = self.tokenizer.encode(rendered[:split])
+        return TokenPrefix(ids_json=b"".join(b"%d," % i for i in ids), head=rendered[split:at], tail=tail)
 
     def passage_tokens(self, title: str, text: str) -> int:
         """What this passage adds to every prompt of the class, in the served model's tokens."""

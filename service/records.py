@@ -58,6 +58,8 @@ class QuestionStatus(StrEnum):
     INCOMPLETE = "incomplete"
     # No answer at all (the backend could not be reached).
     FAILED = "failed"
+    # Not taken: the line for the replica was full (the pupil was told to ask again in a moment).
+    REFUSED = "refused"
 
 
 class QuestionRecord(BaseModel):

@@ -20,7 +20,9 @@ def is_ready(url: str) -> bool:
         return False
 
 
-def redis_process(port: int, data_dir: Path, log_path: Path, pid_path: Path | None = None) -> ManagedProcess:
+def redis_process(
+    port: int, data_dir: Path, log_path: Path, pid_path: Path | None = None, databases: int = 16
+) -> ManagedProcess:
     binary = shutil.which("redis-server")
     if binary is None:
         raise ProcessFailed("redis-server is not installed. On Debian or Ubuntu: sudo apt-get install redis-server")
@@ -36,12 +38,15 @@ def redis_process(port: int, data_dir: Path, log_path: Path, pid_path: Path | No
         "--appendfsync", "always",
         "--save", "",
         "--daemonize", "no",
+        "--databases", str(databases),
     ]  # fmt: skip
     return ManagedProcess(f"Redis on port {port}", argv, log_path, pid_path=pid_path)
 
 
-def start_redis(url: str, port: int, data_dir: Path, log_path: Path, pid_path: Path | None = None) -> ManagedProcess:
-    process = redis_process(port, data_dir, log_path, pid_path)
+def start_redis(
+    url: str, port: int, data_dir: Path, log_path: Path, pid_path: Path | None = None, databases: int = 16
+) -> ManagedProcess:
+    process = redis_process(port, data_dir, log_path, pid_path, databases)
     process.start()
     process.wait_until(lambda: is_ready(url), STARTUP_TIMEOUT_S)
     return process

@@ -20,6 +20,7 @@ from service.prompting import Prompts
 from service.scrape import Scrape
 from service.settings import Settings
 from service.store import RateLimit, Store, connect, open_connections
+from service.turns import Turns
 from service.upstream import Upstream
 from service.warmup import Warmup
 
@@ -60,16 +61,25 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         store,
         prompts,
         fleet,
+        metrics,
         model=model,
         max_passages=routing.warmup_max_passages,
         # Long enough for every worker to have seen a change, short enough that a replica back from a
         # restart is warmed again.
         claim_s=2 * routing.probe_interval_s + routing.config_poll_s,
+        burst=routing.warmup_burst,
+        burst_temperature=settings.answer.temperature,  # the sampler's path as pupils' answers take it
+        # A replica whose /metrics does not say when it started is claimed by its address, renewed by every
+        # process's probes while it is up; a round of probes lasts up to three timeouts. Twice the longest
+        # gap between them: one down for longer than that (a restart takes minutes) is new when it is back.
+        burst_claim_s=2 * (routing.probe_interval_s + 3 * routing.probe_timeout_s),
     )
     if settings.routing.warmup:
         fleet.on_change(warmup.fleet_changed)
+        fleet.on_probed(warmup.replicas_probed)
     accounts = Accounts(store, settings.auth)
     upstream = Upstream(settings.backend)
+    turns = Turns(store, settings.turns, longest_answer_s=settings.answer.longest_s)
     answering = Answering(
         store,
         prompts,
@@ -78,6 +88,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         fleet,
         upstream,
         metrics,
+        turns,
         model=model,
         max_tokens=settings.answer.max_tokens,
         temperature=settings.answer.temperature,
@@ -88,6 +99,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         await open_connections(redis, settings.redis.warm_connections)
         await fleet.start()
         await scrape.start()
+        await turns.start()
         yield Services(
             settings=settings,
             redis=redis,
@@ -103,6 +115,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             model=read_manifest(settings.model.dir),
         )
     finally:
+        await turns.close()
         await scrape.close()
         await warmup.close()
         await upstream.close()

@@ -79,6 +79,11 @@ class BackendSettings(BaseModel):
     # server, the service and Redis on a 2-core machine.
     cpu_omp_threads_bind: str = "auto"
     startup_timeout_s: float = 600.0
+    # How a question's prompt goes to vLLM. chat: the messages, which vLLM renders and tokenises whole for
+    # every question. token_ids: the token ids on /v1/completions; the service tokenises each passage's
+    # prompt prefix once and then only each question's part (the same ids, so the same cache hits): a lever
+    # for measuring vLLM's per-request rendering and tokenising on a GPU, where the model is fast.
+    prompt_format: Literal["chat", "token_ids"] = "chat"
 
     @property
     def host(self) -> str:
@@ -111,6 +116,11 @@ class RoutingSettings(BaseModel):
     warmup: bool = True
     # On a fleet change, the passages of the classes used most recently, up to this many.
     warmup_max_passages: int = 200
+    # When a replica comes up (as the service first sees it, or back after being down), this many short
+    # requests at once, a few tokens each: a fresh vLLM's sampler JIT-compiles its kernels on its first
+    # batches (5.8-9 s on an H200), and a class-sized batch pays that here, not the first class of the
+    # day. 0: none. Part of warm-up: `warmup: false` turns it off too.
+    warmup_burst: int = Field(default=32, ge=0)
 
 
 class AnswerSettings(BaseModel):
@@ -122,6 +132,29 @@ class AnswerSettings(BaseModel):
     # A pupil may ask again only when their answer has ended; should a process die mid-answer, this
     # long at most. 256 tokens take ~20 s on a CPU with 0.5b, ~2 s on a GPU.
     longest_s: float = 180.0
+    # passage_first: the passage opens every prompt, so a class shares it in vLLM's prefix cache
+    # (prompts/README.md). question_first: the pupil's question before the passage, as a naive prompt would
+    # have it, so pupils share only the instructions; for benchmarking what passage-first buys.
+    prompt_layout: Literal["passage_first", "question_first"] = "passage_first"
+
+
+class TurnSettings(BaseModel):
+    """Fair turns between classes: a class's burst must not make another class's pupil wait behind all of it.
+    Beyond `max_in_flight_per_replica` questions on one replica, the rest wait in the service (in Redis, shared
+    by every process), the classes waiting taking turns and each class first come, first served; vLLM's own
+    queue is first come, first served across everyone."""
+
+    # Set it near what the replica runs at once well (vLLM's --max-num-seqs, or the knee of a load test's
+    # sweep): below it the engine is not full and nobody waits; 0 turns waiting in line off.
+    max_in_flight_per_replica: int = Field(default=64, ge=0)
+    # Questions waiting for one replica at most; one more is refused (429) and stored as refused.
+    max_waiting_per_replica: int = Field(default=512, ge=1)
+    # A question waits this long for its turn at most, then is stored failed with a sentence.
+    max_wait_s: float = 60.0
+    # A waiting page's place in line is refreshed this often (and a turn whose notice was lost is found).
+    poll_s: float = 1.0
+    # What a refused pupil is told to wait.
+    retry_after_s: int = 10
 
 
 class LimitSettings(BaseModel):
@@ -170,6 +203,7 @@ class Settings(BaseSettings):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     answer: AnswerSettings = Field(default_factory=AnswerSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    turns: TurnSettings = Field(default_factory=TurnSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
 
     @model_validator(mode="after")

@@ -25,12 +25,17 @@ Keys:
     backends:config                       BackendConfig: variants, replicas, active variant, canary
     passage:{id}:warmed                   replica URLs where the passage was last sent ahead of pupils
     warmup:fleet:{digest}                 set, briefly, by the process that re-warms for one state of the fleet
+    turns:{replica}:running               sorted set of the question ids running on a replica, by when their turn lapses
+    turns:{replica}:classes               list of the classroom ids with questions waiting: whose turn is next
+    turns:{replica}:waiting:{classroom}   list of one class's question ids waiting, first come first
+    turns:granted                         pub/sub channel: the id of a question whose turn has come
 """
 
 import asyncio
 import hashlib
 import json
 import secrets
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
@@ -166,6 +171,23 @@ class Keys:
     def backend_config() -> str:
         return "backends:config"
 
+    @staticmethod
+    def turns_running(replica: str) -> str:
+        return f"turns:{replica}:running"
+
+    @staticmethod
+    def turns_classes(replica: str) -> str:
+        return f"turns:{replica}:classes"
+
+    @staticmethod
+    def turns_waiting_prefix(replica: str) -> str:
+        """The key of a class's line is this and the classroom id (known to the scripts as an argument)."""
+        return f"turns:{replica}:waiting:"
+
+    @staticmethod
+    def turns_granted() -> str:
+        return "turns:granted"
+
 
 # A class's state in one atomic read: its version, the classroom and its active passage.
 # KEYS: version, classroom, active passage id. ARGV: the passage key's prefix (the passage's key is known
@@ -177,18 +199,83 @@ if passage_id then passage = redis.call('GET', ARGV[1] .. passage_id) end
 return {redis.call('GET', KEYS[1]) or '0', redis.call('GET', KEYS[2]), passage}
 """
 
+# Fair turns on one replica (service.settings.TurnSettings): `running` holds the questions under way with the
+# time their turn lapses (a process that died holding one frees it then), `classes` the classes waiting in
+# the order of their turns, and `<prefix><classroom id>` each class's line. A class is in `classes` while
+# its line is not empty.
+TURNS = """
+local function turn_place(classes, prefix, classroom, question)
+  local mine = redis.call('LRANGE', prefix .. classroom, 0, -1)
+  local k = nil
+  for i, id in ipairs(mine) do if id == question then k = i break end end
+  if not k then return 0 end
+  local ahead, before = 0, true
+  for _, other in ipairs(redis.call('LRANGE', classes, 0, -1)) do
+    if other == classroom then before = false else
+      local n = redis.call('LLEN', prefix .. other)
+      ahead = ahead + math.min(n, k - 1)
+      if before and n >= k then ahead = ahead + 1 end
+    end
+  end
+  return ahead + k
+end
+local function turn_grant(running, classes, prefix, bound, now, lapses, channel)
+  redis.call('ZREMRANGEBYSCORE', running, '-inf', now)
+  while redis.call('ZCARD', running) < bound do
+    local classroom = redis.call('LPOP', classes)
+    if not classroom then return end
+    local question = redis.call('LPOP', prefix .. classroom)
+    if question then
+      if redis.call('LLEN', prefix .. classroom) > 0 then redis.call('RPUSH', classes, classroom) end
+      redis.call('ZADD', running, lapses, question)
+      redis.call('PUBLISH', channel, question)
+    end
+  end
+end
+local function turn_waiting(classes, prefix)
+  local n = 0
+  for _, classroom in ipairs(redis.call('LRANGE', classes, 0, -1)) do
+    n = n + redis.call('LLEN', prefix .. classroom)
+  end
+  return n
+end
+"""
+
+# A question's record stored and indexed, and the teacher's page told.
+# KEYS (from the first): question, class questions, by name, passage questions, pupil questions, recent
+# questions, class events. ARGV (from the first): record JSON, question id, its score, oldest recent score kept.
+STORE_RECORD = """
+local function store_record(k, a)
+  redis.call('SET', KEYS[k], ARGV[a])
+  for i = k + 1, k + 5 do redis.call('ZADD', KEYS[i], ARGV[a + 2], ARGV[a + 1]) end
+  redis.call('ZREMRANGEBYSCORE', KEYS[k + 5], 0, ARGV[a + 3])
+  redis.call('PUBLISH', KEYS[k + 6], ARGV[a])
+end
+"""
+
 # A question's admission in one atomic step, so a question costs one round trip before the model is asked:
 # the session still exists, the class is as the caller read it (else 'stale': read it again), the pupil has no
 # other answer streaming, is within the rate limit (a moving window: the times of their last admitted
-# questions), and the question is stored and announced. Run twice (a reply lost to a Redis restart and the
-# command retried), it admits once.
+# questions), its turn on the replica (now: 'ok'; else its place in line, or 'full'), and the question is
+# stored and announced. Run twice (a reply lost to a Redis restart and the command retried), it admits once.
 # KEYS: 1 session, 2 class version, 3 pupil answering, 4 pupil asked, 5 question, 6 class questions,
-#       7 by name, 8 passage questions, 9 pupil questions, 10 recent questions, 11 class events.
+#       7 by name, 8 passage questions, 9 pupil questions, 10 recent questions, 11 class events,
+#       12 turns running, 13 turns classes.
 # ARGV: 1 expected version, 2 now (s), 3 window (s), 4 most questions in it, 5 longest answer (s),
-#       6 record JSON, 7 question id, 8 its score (asked at), 9 oldest recent score kept.
-ADMIT = """
+#       6 record JSON, 7 question id, 8 its score (asked at), 9 oldest recent score kept,
+#       10 most running on the replica (0: no turns), 11 most waiting, 12 when a turn taken now lapses,
+#       13 the class lines' key prefix, 14 classroom id, 15 the turns' channel.
+ADMIT = (
+    TURNS
+    + STORE_RECORD
+    + """
+local bound = tonumber(ARGV[10])
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'no_session'} end
-if redis.call('GET', KEYS[3]) == ARGV[7] then return {'ok'} end
+if redis.call('GET', KEYS[3]) == ARGV[7] then
+  local place = bound > 0 and turn_place(KEYS[13], ARGV[13], ARGV[14], ARGV[7]) or 0
+  if place > 0 then return {'queued', place} end
+  return {'ok'}
+end
 if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[1] then return {'stale'} end
 if not redis.call('SET', KEYS[3], ARGV[7], 'NX', 'EX', ARGV[5]) then return {'busy'} end
 local most = tonumber(ARGV[4])
@@ -197,24 +284,67 @@ if oldest and tonumber(oldest) > tonumber(ARGV[2]) - tonumber(ARGV[3]) then
   redis.call('DEL', KEYS[3])
   return {'limited', oldest}
 end
+local place = 0
+if bound > 0 then
+  turn_grant(KEYS[12], KEYS[13], ARGV[13], bound, ARGV[2], ARGV[12], ARGV[15])
+  if redis.call('ZCARD', KEYS[12]) < bound then
+    redis.call('ZADD', KEYS[12], ARGV[12], ARGV[7])
+  elseif turn_waiting(KEYS[13], ARGV[13]) >= tonumber(ARGV[11]) then
+    redis.call('DEL', KEYS[3])
+    return {'full'}
+  else
+    if redis.call('RPUSH', ARGV[13] .. ARGV[14], ARGV[7]) == 1 then redis.call('RPUSH', KEYS[13], ARGV[14]) end
+    place = turn_place(KEYS[13], ARGV[13], ARGV[14], ARGV[7])
+  end
+end
 redis.call('LPUSH', KEYS[4], ARGV[2])
 redis.call('LTRIM', KEYS[4], 0, most - 1)
 redis.call('EXPIRE', KEYS[4], ARGV[3])
-redis.call('SET', KEYS[5], ARGV[6])
-for i = 6, 10 do redis.call('ZADD', KEYS[i], ARGV[8], ARGV[7]) end
-redis.call('ZREMRANGEBYSCORE', KEYS[10], 0, ARGV[9])
-redis.call('PUBLISH', KEYS[11], ARGV[6])
+store_record(5, 6)
+if place > 0 then return {'queued', place} end
 return {'ok'}
 """
+)
 
-# A question's final record stored and announced, and the pupil free to ask again (if the claim is still theirs).
-# KEYS: question, class events, pupil answering. ARGV: record JSON, question id.
-FINISH = """
+# A question refused at admission (the line was full), stored as such. KEYS and ARGV as STORE_RECORD's.
+REFUSE = STORE_RECORD + "store_record(1, 1) return 1"
+
+# A question's final record stored and announced, the pupil free to ask again (if the claim is still theirs),
+# and its turn (running or still in line) given to the next in line.
+# KEYS: 1 question, 2 class events, 3 pupil answering, 4 turns running, 5 turns classes.
+# ARGV: 1 record JSON, 2 question id, 3 most running (0: it took no turn), 4 the class lines' key prefix,
+#       5 classroom id, 6 now (s), 7 when a turn given now lapses, 8 the turns' channel.
+FINISH = (
+    TURNS
+    + """
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('PUBLISH', KEYS[2], ARGV[1])
 if redis.call('GET', KEYS[3]) == ARGV[2] then redis.call('DEL', KEYS[3]) end
+local bound = tonumber(ARGV[3])
+if bound > 0 then
+  if redis.call('ZREM', KEYS[4], ARGV[2]) == 0 then
+    local line = ARGV[4] .. ARGV[5]
+    if redis.call('LREM', line, 0, ARGV[2]) > 0 and redis.call('LLEN', line) == 0 then
+      redis.call('LREM', KEYS[5], 0, ARGV[5])
+    end
+  end
+  turn_grant(KEYS[4], KEYS[5], ARGV[4], bound, ARGV[6], ARGV[7], ARGV[8])
+end
 return 1
 """
+)
+
+# Where a waiting question stands: 0 once its turn has come (or it is in no line: it goes ahead), else its
+# place. Turns that lapsed are given on first, so a line behind a process that died moves on.
+# KEYS: turns running, turns classes. ARGV: question id, the class lines' key prefix, classroom id, most
+# running, now (s), when a turn given now lapses, the turns' channel.
+TURN_PLACE = (
+    TURNS
+    + """
+turn_grant(KEYS[1], KEYS[2], ARGV[2], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7])
+return turn_place(KEYS[2], ARGV[2], ARGV[3], ARGV[1])
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -230,8 +360,30 @@ class ClassState:
 class Admission:
     """What the admission of a question decided."""
 
-    outcome: Literal["ok", "no_session", "stale", "busy", "limited"]
+    outcome: Literal["ok", "queued", "full", "no_session", "stale", "busy", "limited"]
     retry_after_s: float = 0.0
+    # Queued: how many questions will have their turn before this one, plus one.
+    place: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TurnLine:
+    """Where a question takes its turn: the replica's line, kept at most `bound` running."""
+
+    replica: str
+    bound: int
+    most_waiting: int
+    lapses_s: float
+
+    def keys(self) -> list[str]:
+        return [Keys.turns_running(self.replica), Keys.turns_classes(self.replica)]
+
+    def args(self, classroom_id: str, now: float) -> list[str | float]:
+        prefix = Keys.turns_waiting_prefix(self.replica)
+        return [self.bound, prefix, classroom_id, now, now + self.lapses_s, Keys.turns_granted()]
+
+
+NO_TURN_KEYS = ["turns:none:running", "turns:none:classes"]
 
 
 def _digest(token: str) -> str:
@@ -292,6 +444,8 @@ class Store:
         self._class_state = redis.register_script(CLASS_STATE)
         self._admit = redis.register_script(ADMIT)
         self._finish = redis.register_script(FINISH)
+        self._refuse = redis.register_script(REFUSE)
+        self._turn_place = redis.register_script(TURN_PLACE)
 
     # Teachers and their sessions
 
@@ -441,7 +595,13 @@ class Store:
     # Questions
 
     async def admit_question(
-        self, session_token: str, record: QuestionRecord, class_version: int, rate: RateLimit, longest_answer_s: int
+        self,
+        session_token: str,
+        record: QuestionRecord,
+        class_version: int,
+        rate: RateLimit,
+        longest_answer_s: int,
+        line: TurnLine | None = None,
     ) -> Admission:
         """Admit and store a pupil's question in one atomic step (ADMIT says what it checks)."""
         asked = record.asked_at.timestamp()
@@ -450,6 +610,58 @@ class Store:
             Keys.class_version(record.classroom_id),
             Keys.pupil_answering(record.pupil_id),
             Keys.pupil_asked(record.pupil_id),
+            *self._record_keys(record),
+            *(line.keys() if line else NO_TURN_KEYS),
+        ]
+        args: list[str | float] = [class_version, asked, rate.window_s, rate.most, longest_answer_s]
+        args += [record.model_dump_json(), record.id, asked, asked - RECENT_S]
+        if line:
+            args += [line.bound, line.most_waiting, asked + line.lapses_s, Keys.turns_waiting_prefix(line.replica)]
+            args += [record.classroom_id, Keys.turns_granted()]
+        else:
+            args += [0, 0, 0, "", "", ""]
+        outcome, *rest = await self._admit(keys=keys, args=args)
+        decided = _text(outcome)
+        if decided == "limited":
+            return Admission("limited", retry_after_s=float(rest[0]) + rate.window_s - asked)
+        if decided == "queued":
+            return Admission("queued", place=int(rest[0]))
+        return Admission(decided)  # type: ignore[arg-type]  # the script answers only the outcomes named
+
+    async def refuse_question(self, record: QuestionRecord) -> None:
+        """Store a question that was not taken, where the class's questions are."""
+        asked = record.asked_at.timestamp()
+        args: list[str | float] = [record.model_dump_json(), record.id, asked, asked - RECENT_S]
+        await self._refuse(keys=self._record_keys(record), args=args)
+
+    async def finish_question(self, record: QuestionRecord, line: TurnLine | None = None) -> None:
+        """Store a question's final record, tell the teacher's page, let the pupil ask again, and give its turn
+        on `line` (taken or waited for) to the next in line."""
+        keys = [Keys.question(record.id), Keys.events(record.classroom_id), Keys.pupil_answering(record.pupil_id)]
+        args: list[str | float] = [record.model_dump_json(), record.id]
+        if line:
+            await self._finish(keys=keys + line.keys(), args=args + line.args(record.classroom_id, time.time()))
+        else:
+            await self._finish(keys=keys + NO_TURN_KEYS, args=args + [0, "", "", 0, 0, ""])
+
+    async def turn_place(self, line: TurnLine, classroom_id: str, question_id: str) -> int:
+        """0 once the question's turn has come (or it waits in no line), else its place in line."""
+        now = time.time()
+        prefix, channel = Keys.turns_waiting_prefix(line.replica), Keys.turns_granted()
+        args: list[str | float] = [question_id, prefix, classroom_id, line.bound, now, now + line.lapses_s, channel]
+        return int(await self._turn_place(keys=line.keys(), args=args))
+
+    async def turns_granted(self) -> AsyncIterator[str]:
+        """Ids of questions whose turn has come, as turns are given, until the consumer stops."""
+        async with self.redis.pubsub() as pubsub:
+            await pubsub.subscribe(Keys.turns_granted())
+            async for message in pubsub.listen():
+                if message["type"] == "message":
+                    yield _text(message["data"])
+
+    @staticmethod
+    def _record_keys(record: QuestionRecord) -> list[str]:
+        return [
             Keys.question(record.id),
             Keys.questions(record.classroom_id),
             Keys.questions_by_name(record.classroom_id, record.pupil),
@@ -458,18 +670,6 @@ class Store:
             Keys.recent_questions(),
             Keys.events(record.classroom_id),
         ]
-        args: list[str | float] = [class_version, asked, rate.window_s, rate.most, longest_answer_s]
-        args += [record.model_dump_json(), record.id, asked, asked - RECENT_S]
-        outcome, *rest = await self._admit(keys=keys, args=args)
-        decided = _text(outcome)
-        if decided == "limited":
-            return Admission("limited", retry_after_s=float(rest[0]) + rate.window_s - asked)
-        return Admission(decided)  # type: ignore[arg-type]  # the script answers only the outcomes named
-
-    async def finish_question(self, record: QuestionRecord) -> None:
-        """Store a question's final record, tell the teacher's page, and let the pupil ask again."""
-        keys = [Keys.question(record.id), Keys.events(record.classroom_id), Keys.pupil_answering(record.pupil_id)]
-        await self._finish(keys=keys, args=[record.model_dump_json(), record.id])
 
     async def get_question(self, question_id: str) -> QuestionRecord | None:
         raw = await self.redis.get(Keys.question(question_id))
@@ -598,3 +798,17 @@ class Store:
                     return new
                 except WatchError:
                     continue
+
+    async def claim_replica_bursts(self, claims: dict[str, float]) -> list[str]:
+        """Warm-up bursts, one per run of a replica across every service process: of the claims named
+        (a replica's URL and run) those not yet held, claimed now by this process alone (SET NX). Every
+        one named is held for its seconds from now, so that a process that keeps seeing the replica up
+        keeps its claim. One round trip. Keys: `warmup:burst:{digest}`."""
+        names = list(claims)
+        async with self.redis.pipeline(transaction=False) as batch:
+            for name in names:
+                key, ms = f"warmup:burst:{_digest(name)}", max(1, int(claims[name] * 1000))
+                batch.set(key, "1", nx=True, px=ms)
+                batch.pexpire(key, ms)
+            replies = await batch.execute()
+        return [name for name, claimed in zip(names, replies[::2], strict=True) if claimed]

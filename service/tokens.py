@@ -40,6 +40,9 @@ def load_chat_template(model_dir: Path) -> str:
 class ModelTokenizer:
     def __init__(self, tokenizer: Tokenizer, chat_template: str) -> None:
         self._tokenizer = tokenizer
+        # The special tokens' spellings (`<|im_start|>`...): split out of any text before BPE, so text on
+        # either side of one tokenises on its own.
+        self.special_tokens = [t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special]
         # The options transformers renders chat templates with; lenient about undefined names like it.
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
         env.filters["tojson"] = _tojson

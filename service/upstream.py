@@ -1,4 +1,5 @@
-"""The one request every question makes: vLLM's streamed chat completion, over one aiohttp session.
+"""The one request every question makes: vLLM's streamed chat completion (or completion, for prompts sent as
+token ids: `backend.prompt_format`), over one aiohttp session.
 
 Everything else the service asks a replica (warm-up, probes) goes through the openai client or httpx. This
 request does not: the openai client spends about 0.6 ms of CPU building each request (options, headers,
@@ -13,6 +14,8 @@ import orjson
 from service.settings import BackendSettings
 
 KEEPALIVE_S = 4.0
+# Where each prompt format's request goes, under the replica's base URL (`Prompts.request_body` makes it).
+PATHS = {"chat": "/chat/completions", "token_ids": "/completions"}
 
 
 class ReplicaRefused(Exception):
@@ -51,6 +54,7 @@ class Upstream:
     """Opens answer streams on any replica. Made in the running event loop (aiohttp binds to it)."""
 
     def __init__(self, backend: BackendSettings) -> None:
+        self._path = PATHS[backend.prompt_format]
         self._session = aiohttp.ClientSession(
             # No limit of our own: vLLM queues what it cannot run yet, and counts it (`num_requests_waiting`).
             # Idle connections are dropped before vLLM's uvicorn drops them (after 5 s), so that a question
@@ -68,8 +72,8 @@ class Upstream:
         )
 
     async def open(self, base_url: str, body: bytes) -> aiohttp.ClientResponse:
-        """POST `body` to the replica's chat completions; the response once its headers are in."""
-        url = f"{base_url}/chat/completions"
+        """POST `body` to the replica's (chat) completions; the response once its headers are in."""
+        url = base_url + self._path
         try:
             try:
                 response = await self._session.post(url, data=body)

@@ -1,6 +1,8 @@
 """A vLLM server's own /metrics: where it lives and what it says, for the fleet's probes and the load
 tester's cache counters alike."""
 
+import re
+
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
@@ -50,3 +52,13 @@ def parse_vllm_metrics(text: str) -> VllmFigures:
         if found is not None:
             figures[figure] = found
     return VllmFigures(**figures)
+
+
+_STARTED = re.compile(r"^process_start_time_seconds (\S+)$", re.MULTILINE)
+
+
+def started_at(text: str) -> str:
+    """When the replica's server process started, as its /metrics says (prometheus-client's process
+    figures, there where vLLM runs one API server): which run of the replica this is; "" where not said."""
+    found = _STARTED.search(text)
+    return found.group(1) if found else ""

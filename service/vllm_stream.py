@@ -1,5 +1,6 @@
 """What a chunk of vLLM's streamed chat completion brings, for the service's answers and the load tester
-alike (one rule, so both time the same tokens), and the service's reader of that stream."""
+alike (one rule, so both time the same tokens), and the service's reader of that stream (or of a streamed
+completion, for prompts sent as token ids)."""
 
 from dataclasses import dataclass
 
@@ -37,7 +38,11 @@ class Piece:
 class StreamReader:
     """vLLM's streamed chat completion, read from the raw bytes as they arrive (`data: {json}` events, then
     `data: [DONE]`): one JSON parse a chunk and no model objects, since every token passes through here.
-    A read may end inside an event; the rest waits for the next."""
+    A read may end inside an event; the rest waits for the next.
+
+    A streamed completion (/v1/completions) reads the same: its choices carry `text` where chat's carry
+    `delta.content`, and have no role announcement (vLLM sends no chunk that brings no tokens there);
+    its usage is chat's."""
 
     def __init__(self) -> None:
         self._rest = b""
@@ -62,10 +67,14 @@ class StreamReader:
                 if "error" in chunk:
                     raise StreamBroke(str(chunk["error"]))
                 for choice in chunk.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    content = delta.get("content")
-                    if brings_tokens(delta.get("role"), content):
+                    delta = choice.get("delta")
+                    if delta is None:  # a completion's chunk
+                        content = choice.get("text")
                         piece.tokens += 1
+                    else:
+                        content = delta.get("content")
+                        if brings_tokens(delta.get("role"), content):
+                            piece.tokens += 1
                     if content:
                         texts.append(content)
                     piece.finish_reason = choice.get("finish_reason") or piece.finish_reason

@@ -5,33 +5,73 @@ prefix (instructions and passage, exactly as pupils' prompts begin) is sent once
 to the replica that affinity will send that passage's questions to, on the active variant and on the
 canary. The first pupil's question then finds the passage in the cache, as the class's other pupils do.
 Warming runs in the background: a teacher's upload never waits for it.
+
+A replica that comes up (every healthy one when the service starts, one back after being down, one added
+to the configuration) also gets one burst of `routing.warmup_burst` short requests at once, a few tokens
+each, at the pupils' temperature: a fresh vLLM's sampler JIT-compiles its kernels on its first batches
+(5.8-9 s on an H200), and the burst pays that instead of the first class. It goes out as soon as the probe
+sees the replica up, in the same round as, and just before, the passages' re-warm, which does not wait for
+it: the compiling is paid once by whichever batch runs first, and both are done soonest (waiting would
+keep the passages out of the cache for the compile's seconds; the passages first would meet the compile
+one request at a time, and the class-sized batch would still be to compile). One process in all sends it,
+the first to claim that run of the replica (its start time, from its /metrics) in Redis: a probe that
+failed a while does not make it new, a restart does.
 """
 
 import asyncio
 import logging
+import time
 from collections.abc import Coroutine
 from typing import Any
 
 from openai import APIError
+from openai.types.chat import ChatCompletionMessageParam
+from redis.exceptions import RedisError
 
 from service.fleet import Fleet
+from service.metrics import Metrics
 from service.prompting import Prompts
 from service.records import Passage
 from service.store import Store
 
 log = logging.getLogger(__name__)
 
+# Each burst request: a few prompt tokens, and this many output tokens whatever the model says (vLLM's
+# `ignore_eos`), so that the sampler runs several steps on the whole batch.
+BURST_MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
+BURST_MAX_TOKENS = 8
+# How long a run of a replica stays claimed after any process last saw it up: a day, longer than any outage
+# of the probes that ends with the same run still serving.
+RUN_CLAIM_S = 86400.0
+
 
 class Warmup:
     def __init__(
-        self, store: Store, prompts: Prompts, fleet: Fleet, *, model: str, max_passages: int, claim_s: float
+        self,
+        store: Store,
+        prompts: Prompts,
+        fleet: Fleet,
+        metrics: Metrics,
+        *,
+        model: str,
+        max_passages: int,
+        claim_s: float,
+        burst: int,
+        burst_temperature: float,
+        burst_claim_s: float,
     ) -> None:
         self._store = store
         self._claim_s = claim_s
         self._prompts = prompts
         self._fleet = fleet
+        self._metrics = metrics
         self._model = model
         self._max_passages = max_passages
+        self._burst = burst
+        self._burst_temperature = burst_temperature
+        self._burst_claim_s = burst_claim_s
+        self._claiming = False
+        self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._rewarm: asyncio.Event | None = None
 
@@ -65,7 +105,55 @@ class Warmup:
         await self._store.set_warmed(passage.id, warmed)
         return warmed
 
+    def replicas_probed(self, healthy: list[str]) -> None:
+        """After each round of probes (Fleet.on_probed): claim the replicas that came up, and burst each
+        claimed one, in the background; probing and answering never wait for it."""
+        if self._burst == 0 or self._claiming:
+            return  # a claim still waiting on Redis: the next round renews these
+        self._claiming = True
+        self._spawn(self._claim_and_burst(healthy))
+
+    async def burst(self, url: str) -> float:
+        """`warmup_burst` requests at once to one replica; returns the seconds until all were answered."""
+        client = self._fleet.client(url)
+        began = time.perf_counter()
+        outcomes = await asyncio.gather(
+            *(
+                client.chat.completions.create(
+                    model=self._model,
+                    messages=BURST_MESSAGES,
+                    max_tokens=BURST_MAX_TOKENS,
+                    temperature=self._burst_temperature,
+                    extra_body={"ignore_eos": True},
+                )
+                for _ in range(self._burst)
+            ),
+            return_exceptions=True,
+        )
+        took = time.perf_counter() - began
+        failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        if failed:
+            log.warning(
+                "warm-up burst on %s: %d of %d requests failed in %.1f s (first: %s)",
+                url,
+                len(failed),
+                self._burst,
+                took,
+                failed[0],
+            )
+        else:
+            self._metrics.warmup_burst.labels(url).observe(took)
+            log.info(
+                "warm-up burst on %s: %d requests at once answered in %.1f s (a first burst of several seconds "
+                "on a new GPU replica is its sampler compiling kernels, paid here instead of by the first class)",
+                url,
+                self._burst,
+                took,
+            )
+        return took
+
     async def close(self) -> None:
+        self._closed = True  # the prober runs on a moment longer: a burst claimed now would never be sent
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -89,7 +177,29 @@ class Warmup:
         for passage in await self._store.active_passages_by_recency(self._max_passages):
             await self.warm(passage)
 
+    async def _claim_and_burst(self, healthy: list[str]) -> None:
+        # A replica whose /metrics says when it started is claimed by its run, for as long as any process
+        # keeps seeing it up, however long its probes fail meanwhile: a restart is a new run. One that does
+        # not say (several API servers) by its address, which lapses a few probe rounds after the last
+        # process saw it up.
+        runs = {f"{url} {self._fleet.replicas[url].run}": url for url in healthy}
+        claims = {
+            name: RUN_CLAIM_S if self._fleet.replicas[url].run else self._burst_claim_s for name, url in runs.items()
+        }
+        try:
+            claimed = await self._store.claim_replica_bursts(claims)
+        except RedisError as exc:  # Redis restarting: the next round of probes claims again
+            log.warning("could not claim warm-up bursts: %s", exc)
+            return
+        finally:
+            self._claiming = False
+        for name in claimed:
+            self._spawn(self.burst(runs[name]))
+
     def _spawn(self, work: Coroutine[Any, Any, object]) -> None:
+        if self._closed:
+            work.close()
+            return
         task = asyncio.create_task(self._quietly(work))
         self._tasks.add(task)
         task.add_done_callback(self._done)

@@ -110,7 +110,8 @@ def model_dir() -> Path:
 def redis_url() -> Iterator[str]:
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
-    process = start_redis(url, port, STATE / f"redis-{port}", STATE / "logs" / f"redis-{port}.log")
+    log = STATE / "logs" / f"redis-{port}.log"
+    process = start_redis(url, port, STATE / f"redis-{port}", log, databases=REDIS_DATABASES)
     yield url
     process.stop()
 
@@ -143,14 +144,22 @@ def service_settings(redis_url: str, backend_url: str, model_dir: Path) -> Setti
     )
 
 
+# The session's Redis has this many databases; 0 is the session service's, the others are handed out below.
+REDIS_DATABASES = 64
 _databases = itertools.count(1)
+
+
+def own_database() -> int:
+    """A Redis database no other test uses."""
+    db = next(_databases)
+    assert db < REDIS_DATABASES, f"the tests' Redis has {REDIS_DATABASES} databases"
+    return db
 
 
 def isolated(settings: Settings, **changes: object) -> Settings:
     """The same settings on a Redis database of its own (0 is the session service's): for a service
     process whose backends configuration must not be shared with the others."""
-    db = next(_databases)
-    assert db < 16, "Redis has 16 databases"
+    db = own_database()
     url = settings.redis.url.rsplit("/", 1)[0] + f"/{db}"
     return settings.model_copy(update={"redis": RedisSettings(url=url), **changes})
 

@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.accounts import add_teacher
 from service.settings import Settings
+from service.warmup import BURST_MAX_TOKENS
 
 SENTENCES = [
     "Honeybees live in colonies of many thousands, with one queen, a few hundred drones and many workers.",
@@ -81,6 +82,7 @@ def add_passage(teacher: httpx.Client, classroom_id: str, text: str, title: str 
 @dataclass
 class Streamed:
     question_id: str | None = None
+    places: list[int] = field(default_factory=list)  # in line for a turn
     tokens: list[str] = field(default_factory=list)
     token_times: list[float] = field(default_factory=list)
     done: dict[str, Any] | None = None
@@ -101,6 +103,8 @@ def ask_streaming(pupil: httpx.Client, classroom_id: str, question: str) -> Stre
             data = json.loads(event.data)
             if event.event == "question":
                 result.question_id = data["question_id"]
+            elif event.event == "queued":
+                result.places.append(data["place"])
             elif event.event == "token":
                 result.tokens.append(data["text"])
                 result.token_times.append(time.perf_counter())
@@ -176,3 +180,19 @@ def answers_readyz(url: str) -> bool:
         return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def requests_asking_for(vllm_metrics: dict[str, list[tuple[dict[str, str], float]]], low: int, high: int) -> float:
+    """Requests a replica finished whose max_tokens was above `low` and at most `high`, two bounds of vLLM's
+    histogram of the parameter (1, 2, 5, 10, 20, 50, ...), from `Vllm.metrics()`. Passages' warm-ups ask for
+    1 token, warm-up bursts for BURST_MAX_TOKENS (6 to 10), pupils for far more."""
+    below: dict[float, float] = {}
+    for labels, value in vllm_metrics["vllm:request_params_max_tokens_bucket"]:
+        below[float(labels["le"])] = below.get(float(labels["le"]), 0.0) + value
+    return below[float(high)] - below.get(float(low), 0.0)
+
+
+def warmup_burst_requests(vllm_metrics: dict[str, list[tuple[dict[str, str], float]]]) -> float:
+    """Requests a replica finished that a warm-up burst sent (service/warmup.py)."""
+    assert 5 < BURST_MAX_TOKENS <= 10
+    return requests_asking_for(vllm_metrics, 5, 10)

@@ -29,10 +29,12 @@ from tests.helpers import (
     metric_samples,
     operator_headers,
     passage_text,
+    requests_asking_for,
     routed_questions,
     signed_in_teacher,
     stored_questions,
     wait_until_warmed,
+    warmup_burst_requests,
 )
 
 
@@ -148,16 +150,20 @@ def test_affinity_failover_and_return_with_two_replicas(
         finally:
             restart_s = second_vllm.start()
 
-        # It comes back: the probes see it, warm its passages again, and its classes return to it.
+        # It comes back: the probes see it, send it a new warm-up burst (a new run of the replica, its
+        # counters from 0), warm its passages again, and its classes return to it.
         wait_for(lambda: replica_healthy(operator, home), "the probes saw the replica come back")
         wait_for(
-            lambda: sum(v for _, v in second_vllm.metrics().get("vllm:prefix_cache_queries_total", [])) > 0,
+            lambda: requests_asking_for(second_vllm.metrics(), 0, 1) > 0,  # for 1 token: a passage's warm-up
             "the passages were sent to the restarted replica ahead of the pupils",
         )
+        burst = own.routing.warmup_burst
+        wait_for(lambda: warmup_burst_requests(second_vllm.metrics()) >= burst, "the restarted replica's burst")
         with closing(joined_pupil(url, moved["join_code"], "Ed")) as pupil:
             answer = ask_json(pupil, moved["id"], "Back again?").json()
         assert routed_questions(operator, moved["id"])[0]["replica"] == home
         assert answer["usage"]["cached_tokens"] > 0
+        assert warmup_burst_requests(second_vllm.metrics()) == burst  # one burst since it came back, no more
         report("replica restart until ready (s)", round(restart_s, 1))
 
 

@@ -28,7 +28,10 @@ def test_a_replica_killed_mid_answer_tells_each_pupil_keeps_what_was_said_and_th
     replicas = [vllm.base_url, second_vllm.base_url]
     own = isolated(
         settings,
-        routing=RoutingSettings(backends_file=backends_file(tmp_path, {"original": replicas}, "original")),
+        # No warm-up burst: its requests running on the doomed replica would pass for the pupils' answers.
+        routing=RoutingSettings(
+            backends_file=backends_file(tmp_path, {"original": replicas}, "original"), warmup_burst=0
+        ),
         answer=AnswerSettings(max_tokens=600),  # answers long enough to be mid-stream when the kill comes
     )
     with running(own) as (url, teacher, operator):

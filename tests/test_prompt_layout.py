@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from service.errors import InvalidInput, PassageTooLong, QuestionTooLong
 from service.prompting import Prompts
-from service.settings import ModelSettings, Settings
+from service.settings import AnswerSettings, ModelSettings, Settings
 
 text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=0, max_size=300)
 
@@ -58,3 +58,48 @@ def test_question_limits(prompts: Prompts) -> None:
         prompts.check_question("a" * (prompts.question_max_chars + 1))
     with pytest.raises(QuestionTooLong):
         prompts.check_question("🐝" * (prompts.question_max_chars // 2))
+
+
+def test_the_default_layout_is_the_documented_one(prompts: Prompts) -> None:
+    assert Settings().answer.prompt_layout == prompts.layout == "passage_first"
+    instructions = (Settings().prompts_dir / "instructions.j2").read_text().strip()
+    assert prompts.tokenizer.render_chat(prompts.messages("Bees", "PASSAGE-TEXT", "QUESTION-TEXT")) == (
+        f"<|im_start|>system\n{instructions}\n\nPassage: Bees\n\nPASSAGE-TEXT<|im_end|>\n"
+        "<|im_start|>user\nQUESTION-TEXT<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def question_first(model_dir: Path) -> Prompts:
+    return Prompts.from_settings(
+        Settings(model=ModelSettings(dir=model_dir), answer=AnswerSettings(prompt_layout="question_first"))
+    )
+
+
+def test_question_first_puts_the_question_before_the_passage(question_first: Prompts) -> None:
+    system, user = question_first.messages("Bees", "PASSAGE-TEXT", "QUESTION-TEXT")
+    assert "PASSAGE-TEXT" not in str(system["content"])  # the instructions alone
+    rendered = question_first.tokenizer.render_chat([system, user])
+    assert rendered.index("reading assistant") < rendered.index("QUESTION-TEXT") < rendered.index("PASSAGE-TEXT")
+    assert user["content"] == "QUESTION-TEXT\n\nPassage: Bees\n\nPASSAGE-TEXT"
+
+
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def test_passage_first_pupils_share_the_passage_and_question_first_pupils_only_the_instructions(
+    prompts: Prompts, question_first: Prompts
+) -> None:
+    passage = "Bees live in hives. " * 40
+    questions = ["Why do bees dance?", "What is pollen?"]
+    shared = {}
+    for layout in (prompts, question_first):
+        a, b = (layout.tokenizer.chat_ids(layout.messages("Bees", passage, q)) for q in questions)
+        shared[layout.layout] = shared_prefix(a, b)
+    tokenizer = prompts.tokenizer
+    instructions_turn = tokenizer.chat_ids([question_first.messages("Bees", passage, "")[0]])
+    opening = len(instructions_turn) - len(tokenizer.encode("<|im_start|>assistant\n"))  # the system turn
+    # Question first: the system turn with the instructions, the user turn's opening, then they part.
+    assert shared["question_first"] == opening + len(tokenizer.encode("<|im_start|>user\n"))
+    assert shared["passage_first"] >= shared["question_first"] + prompts.passage_tokens("Bees", passage)

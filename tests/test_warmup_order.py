@@ -6,8 +6,7 @@ from datetime import timedelta
 
 from service.records import Passage, PupilSession, QuestionRecord, utcnow
 from service.store import RateLimit, Store, connect, new_id
-
-OWN_DATABASE = 7
+from tests.conftest import own_database
 
 
 async def _passage(store: Store, classroom_id: str, age: timedelta) -> None:
@@ -35,7 +34,7 @@ async def _question(store: Store, classroom_id: str, age: timedelta) -> None:
 
 
 async def _order(redis_url: str) -> tuple[list[str], list[str], dict[str, str]]:
-    redis = connect(f"{redis_url.rsplit('/', 1)[0]}/{OWN_DATABASE}")
+    redis = connect(f"{redis_url.rsplit('/', 1)[0]}/{own_database()}")
     try:
         await redis.flushdb()
         store = Store(redis)

@@ -61,7 +61,16 @@ $("ask-form").addEventListener("submit", async (event) => {
       $("answer-box").hidden = true;
       return ($("ask-error").textContent = await errorMessage(response));
     }
+    const inLine = $("in-line");
     for await (const { event, data } of sseEvents(response)) {
+      if (event === "queued") {
+        inLine.hidden = false;
+        inLine.textContent = data.place === 1
+          ? "Many pupils are asking right now. Your question is next in line."
+          : `Many pupils are asking right now. Your question is number ${data.place} in line.`;
+        continue;
+      }
+      inLine.hidden = true;
       if (event === "token") answer.textContent += data.text;
       else if (event === "error") $("ask-error").textContent = data.message;
       else if (event === "done") $("question").value = "";

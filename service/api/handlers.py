@@ -5,8 +5,10 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import iter_route_contexts
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.api.bodies import BodyTooLarge
 from service.errors import ServiceError
 
 log = logging.getLogger(__name__)
@@ -19,9 +21,19 @@ def error_response(status_code: int, code: str, message: str, headers: dict[str,
 def _describe(error: dict[str, object]) -> str:
     location = error.get("loc", ())
     field = ".".join(str(part) for part in location[1:]) if isinstance(location, tuple | list) else ""
-    if error.get("type") == "missing":
-        return f"'{field}' is missing."
-    return f"'{field}': {error.get('msg')}." if field else f"{error.get('msg')}."
+    kind, message = error.get("type"), str(error.get("msg")).removeprefix("Value error, ")
+    if kind == "json_invalid":
+        context = error.get("ctx")
+        reason = context.get("error") if isinstance(context, dict) else None
+        return f"the body is not JSON in UTF-8 ({reason or message}, at character {field or 0})."
+    if kind == "missing":
+        return f"'{field}' is missing." if field else "the body is missing: send JSON."
+    return f"'{field}': {message}." if field else f"{message}."
+
+
+def _not_json(error: dict[str, object]) -> bool:
+    """FastAPI hands a body it did not read as JSON (another or no Content-Type) to the model as bytes."""
+    return error.get("loc") == ("body",) and isinstance(error.get("input"), bytes)
 
 
 async def _service_error(_: Request, exc: Exception) -> JSONResponse:
@@ -29,23 +41,46 @@ async def _service_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, exc.code, exc.message, exc.headers)
 
 
+NOT_JSON = "Send the body as JSON, with the header 'Content-Type: application/json'."
+
+
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
+    if any(_not_json(e) for e in exc.errors()):
+        return error_response(415, "not_json", NOT_JSON)
     details = " ".join(_describe(e) for e in exc.errors())
     return error_response(422, "invalid_request", f"The request could not be read: {details}")
 
 
-# Starlette's own answers (an unknown route, a method a route does not take), in the one error shape.
+# Starlette's and FastAPI's own answers (an unknown route, a method a route does not take, a form that
+# cannot be parsed), in the one error shape.
 HTTP_ERRORS = {
+    400: ("unreadable_body", "The body of this request could not be read. Send JSON, or a file as a multipart form."),
     404: ("not_found", "There is nothing at this address."),
     405: ("method_not_allowed", "This address does not take that method."),
 }
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+def _allowed(request: Request) -> set[str]:
+    """Every method that some route at this path takes. The framework's 405 names only those of the first
+    route whose path matched, where a path's methods are routes (and routers) of their own."""
+    methods: set[str] = set()
+    for route in iter_route_contexts(request.app.routes):
+        pattern = getattr(route, "path_regex", None)
+        if route.methods and pattern is not None and pattern.match(request.scope["path"]):
+            methods |= route.methods
+    return methods
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    headers = dict(exc.headers or {})
+    if isinstance(exc, BodyTooLarge):
+        return error_response(413, exc.code, exc.detail)
+    if exc.status_code == 405 and (methods := _allowed(request)):
+        headers["Allow"] = ", ".join(sorted(methods))
     code, message = HTTP_ERRORS.get(exc.status_code, ("http_error", str(exc.detail)))
-    return error_response(exc.status_code, code, message, dict(exc.headers or {}))
+    return error_response(exc.status_code, code, message, headers)
 
 
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:

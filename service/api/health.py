@@ -5,10 +5,11 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 
+from service.api.bodies import ApiRoute
 from service.api.schemas import Readiness
 from service.deps import ServicesDep
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=ApiRoute)
 
 PROBE_TIMEOUT_S = 2.0
 

@@ -12,6 +12,8 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, ValidationError
 
 from service import stats
+from service.api.bodies import ApiRoute
+from service.api.schemas import JSON_BODY, WRITE, errors
 from service.backends import BackendConfig, Canary, Variant
 from service.deps import OperatorAuth, ServicesDep, StoreDep
 from service.errors import InvalidInput
@@ -19,7 +21,8 @@ from service.fleet import Fleet
 from service.records import QuestionRecord
 from service.vllm_metrics import VllmFigures
 
-router = APIRouter(prefix="/api/operator", tags=["operator"])
+# Without the operator's token, every route here answers 403.
+router = APIRouter(prefix="/api/operator", tags=["operator"], route_class=ApiRoute, responses=errors(403))
 
 Window = Annotated[int, Query(ge=60, le=24 * 3600, description="seconds back from now")]
 
@@ -106,7 +109,7 @@ async def backends(_: OperatorAuth, services: ServicesDep) -> BackendsOut:
     return _backends(services.fleet)
 
 
-@router.put("/backends/active")
+@router.put("/backends/active", responses=errors(*JSON_BODY))
 async def switch(body: ChooseVariant, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
     """New questions go to this variant; answers already streaming finish where they started."""
 
@@ -117,18 +120,18 @@ async def switch(body: ChooseVariant, _: OperatorAuth, services: ServicesDep) ->
     return await _change(services.fleet, change)
 
 
-@router.put("/backends/canary")
+@router.put("/backends/canary", responses=errors(*JSON_BODY))
 async def set_canary(body: Canary, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
     """Send this share of pupils (by a hash of their id: each stays on one variant) to another variant."""
     return await _change(services.fleet, lambda config: config.model_copy(update={"canary": body}))
 
 
-@router.delete("/backends/canary")
+@router.delete("/backends/canary", responses=errors(*WRITE))
 async def end_canary(_: OperatorAuth, services: ServicesDep) -> BackendsOut:
     return await _change(services.fleet, lambda config: config.model_copy(update={"canary": None}))
 
 
-@router.put("/backends/variants/{name}")
+@router.put("/backends/variants/{name}", responses=errors(*JSON_BODY))
 async def put_variant(name: str, body: Variant, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
     """Declare a variant or change its replicas (add one to scale out, remove one to drain it)."""
     return await _change(
@@ -136,7 +139,7 @@ async def put_variant(name: str, body: Variant, _: OperatorAuth, services: Servi
     )
 
 
-@router.delete("/backends/variants/{name}")
+@router.delete("/backends/variants/{name}", responses=errors(*WRITE, 422))
 async def delete_variant(name: str, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
     def change(config: BackendConfig) -> BackendConfig:
         if name not in config.variants:
@@ -146,7 +149,7 @@ async def delete_variant(name: str, _: OperatorAuth, services: ServicesDep) -> B
     return await _change(services.fleet, change)
 
 
-@router.get("/stats")
+@router.get("/stats", responses=errors(422))
 async def operator_stats(_: OperatorAuth, services: ServicesDep, window_s: Window = 3600) -> StatsOut:
     """Time to first token and cache hit ratio per variant, replica and classroom, and per minute."""
     until = time.time()
@@ -167,7 +170,7 @@ async def operator_stats(_: OperatorAuth, services: ServicesDep, window_s: Windo
     )
 
 
-@router.get("/classrooms/{classroom_id}")
+@router.get("/classrooms/{classroom_id}", responses=errors(404, 422))
 async def classroom_routing(
     _: OperatorAuth,
     classroom_id: str,

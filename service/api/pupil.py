@@ -7,9 +7,12 @@ import orjson
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from service.answering import AnswerStream, Failed, Finished, Token
+from service.answering import AnswerStream, Failed, Finished, InLine, Token
+from service.api.bodies import ApiRoute
 from service.api.event_stream import EventStream
 from service.api.schemas import (
+    JSON_BODY,
+    WRITE,
     Answer,
     AskQuestion,
     Join,
@@ -18,6 +21,7 @@ from service.api.schemas import (
     PupilQuestion,
     PupilQuestionList,
     PupilView,
+    errors,
 )
 from service.deps import (
     PUPIL_COOKIE,
@@ -30,12 +34,12 @@ from service.deps import (
     set_session_cookie,
 )
 
-router = APIRouter(tags=["pupil"])
+router = APIRouter(tags=["pupil"], route_class=ApiRoute)
 
 OWN_HISTORY_LIMIT = 200
 
 
-@router.post("/api/join", status_code=201)
+@router.post("/api/join", status_code=201, responses=errors(*JSON_BODY, 404, 429))
 async def join(
     body: Join, request: Request, accounts: AccountsDep, services: ServicesDep, response: Response
 ) -> Joined:
@@ -45,14 +49,14 @@ async def join(
     return Joined(classroom_id=classroom.id, classroom_name=classroom.name, name=session.name)
 
 
-@router.delete("/api/pupil/session", status_code=204)
+@router.delete("/api/pupil/session", status_code=204, responses=errors(*WRITE))
 async def leave(request: Request, store: StoreDep, response: Response) -> None:
     if token := request.cookies.get(PUPIL_COOKIE):
         await store.end_pupil_session(token)
     response.delete_cookie(PUPIL_COOKIE)
 
 
-@router.get("/api/pupil/me")
+@router.get("/api/pupil/me", responses=errors(401))
 async def my_class(pupil: CurrentPupil, store: StoreDep) -> PupilView:
     """The pupil's class and the passage to read."""
     classroom = await store.get_classroom(pupil.classroom_id)
@@ -66,7 +70,7 @@ async def my_class(pupil: CurrentPupil, store: StoreDep) -> PupilView:
     )
 
 
-@router.get("/api/pupil/questions")
+@router.get("/api/pupil/questions", responses=errors(401))
 async def my_questions(pupil: CurrentPupil, store: StoreDep) -> PupilQuestionList:
     """The pupil's own questions and answers, newest first; never another pupil's."""
     records = await store.pupil_questions(pupil.pupil_id, OWN_HISTORY_LIMIT)
@@ -78,13 +82,16 @@ def _event(name: bytes, data: bytes) -> bytes:
 
 
 async def sse_events(stream: AnswerStream) -> AsyncGenerator[bytes]:
-    """`question` first, then `token`s, and always one final event: `done` or `error`. Encoded here, once
-    each: every token of every answer passes through."""
+    """`question` first, `queued` with the place in line while the question waits for its turn, then `token`s,
+    and always one final event: `done` or `error`. Encoded here, once each: every token of every answer
+    passes through."""
     yield _event(b"question", orjson.dumps({"question_id": stream.record.id}))
     async with aclosing(stream.events()) as events:
         async for event in events:
             if isinstance(event, Token):
                 yield b"event: token\ndata: " + orjson.dumps({"text": event.text}) + b"\n\n"
+            elif isinstance(event, InLine):
+                yield _event(b"queued", orjson.dumps({"place": event.place}))
             elif isinstance(event, Finished):
                 yield _event(b"done", Answer.of(event.record).model_dump_json().encode())
             elif isinstance(event, Failed):
@@ -94,7 +101,10 @@ async def sse_events(stream: AnswerStream) -> AsyncGenerator[bytes]:
 @router.post(
     "/api/classrooms/{classroom_id}/questions",
     response_model=Answer,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "SSE stream, or one JSON body"}},
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "SSE stream, or one JSON body"},
+        **errors(*JSON_BODY, 401, 409, 429, 502, 503),
+    },
 )
 async def ask(
     classroom_id: str,

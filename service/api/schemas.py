@@ -2,9 +2,9 @@
 
 import unicodedata
 from datetime import datetime
-from typing import Annotated, Self
+from typing import Annotated, Any, Self
 
-from pydantic import AfterValidator, BaseModel, StringConstraints
+from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
 from service.records import Classroom, Passage, QuestionRecord, QuestionStatus, Teacher, Usage
 
@@ -16,10 +16,69 @@ def _one_line(name: str) -> str:
     return name
 
 
+def _printable(text: str) -> str:
+    """Text people typed or pasted (questions, passages, titles): lines and tabs, but no NUL or other
+    control characters, which no page shows and some tokenizers and spreadsheets choke on."""
+    if any(unicodedata.category(c) == "Cc" and c not in "\n\r\t" for c in text):
+        raise ValueError("it holds a control character (such as NUL) that no page can show; please type it again")
+    return text
+
+
+Text = Annotated[str, AfterValidator(_printable)]
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100), AfterValidator(_one_line)]
 PupilName = Annotated[
     str, StringConstraints(strip_whitespace=True, min_length=1, max_length=40), AfterValidator(_one_line)
 ]
+
+
+# Errors
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="for programs, e.g. 'classroom_not_found'")
+    message: str = Field(description="for people: a sentence saying what happened and what to do")
+
+
+class ErrorBody(BaseModel):
+    """Every error of every route, the service's own (handlers.py) and the framework's alike."""
+
+    error: ErrorDetail
+
+
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "required": True, "schema": {"type": "integer"}}}
+# What each status means on any route that declares it; a route declares only those it can answer.
+ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
+    400: ("The body could not be read (a broken form)", {}),
+    401: ("Not signed in or joined, or the session has ended", {}),
+    403: ("Not allowed here (another class, a closed class, not the operator), or sent by another website", {}),
+    404: ("No such classroom, passage or class code", {}),
+    409: ("The class has no passage yet, or the pupil's answer has not finished", {}),
+    413: ("The body is larger than the route takes", {}),
+    415: ("The body is not JSON (send 'Content-Type: application/json')", {}),
+    422: ("A value is missing or refused; the message says which and why", {}),
+    429: ("Too many questions or wrong attempts for now", RETRY_AFTER),
+    502: ("The answering service refused the question", {}),
+    503: ("The answering service cannot be reached; the question was saved", RETRY_AFTER),
+}
+# Any route with a JSON body: unreadable, sent by another site with our cookie, too large, not JSON, refused.
+JSON_BODY = (403, 413, 415, 422)
+# Any other write: another site may have sent it with our cookie.
+WRITE = (403,)
+
+
+def errors(*statuses: int, json_route: bool = True) -> dict[int | str, dict[str, Any]]:
+    """`responses=` for a route: each status it can answer, in the one error shape. FastAPI documents a
+    model in the media type of the route's own answers; a route that answers otherwise (`json_route=False`:
+    CSV) names the error shape as JSON itself."""
+    documented: dict[int | str, dict[str, Any]] = {}
+    for status in sorted(set(statuses)):
+        description, headers = ERRORS[status]
+        shape = {"model": ErrorBody} if json_route else {"content": {"application/json": {"schema": ERROR_SCHEMA}}}
+        documented[status] = {"description": description, **shape} | ({"headers": headers} if headers else {})
+    return documented
+
+
+ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorBody"}  # there because the JSON routes name the model
 
 
 # Teachers
@@ -74,8 +133,8 @@ class ClassroomDetail(ClassroomOut):
 
 class AddPassage(BaseModel):
     # Emptiness and length are judged by the token budget, with messages a teacher understands.
-    title: str
-    text: str
+    title: Text
+    text: Text
 
 
 class PassageAdded(BaseModel):
@@ -169,7 +228,7 @@ class PupilQuestionList(BaseModel):
 
 class AskQuestion(BaseModel):
     # Checked by the domain (empty, too many letters or tokens) with sentences a child understands.
-    question: str
+    question: Text
 
 
 class Answer(BaseModel):

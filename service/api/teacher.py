@@ -8,8 +8,11 @@ from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from service import stats
+from service.api.bodies import ApiRoute
 from service.api.event_stream import STREAM_HEADERS
 from service.api.schemas import (
+    JSON_BODY,
+    WRITE,
     AddPassage,
     ChooseActivePassage,
     ClassroomDetail,
@@ -22,6 +25,7 @@ from service.api.schemas import (
     TeacherOut,
     TeacherQuestion,
     UpdateClassroom,
+    errors,
 )
 from service.deps import (
     TEACHER_COOKIE,
@@ -41,10 +45,18 @@ from service.export import attachment, questions_csv
 from service.records import Classroom, Passage
 from service.store import Store
 
-router = APIRouter(tags=["teacher"])
+router = APIRouter(tags=["teacher"], route_class=ApiRoute)
 
 
-@router.post("/api/teacher/session")
+class CsvResponse(Response):
+    media_type = "text/csv"
+
+
+# Every route of a class: not signed in (401), or no such class of this teacher (404).
+CLASS = (401, 404, 422)
+
+
+@router.post("/api/teacher/session", responses=errors(*JSON_BODY, 401, 429))
 async def sign_in(
     body: SignIn, request: Request, accounts: AccountsDep, services: ServicesDep, response: Response
 ) -> TeacherOut:
@@ -54,25 +66,25 @@ async def sign_in(
     return TeacherOut.of(teacher)
 
 
-@router.delete("/api/teacher/session", status_code=204)
+@router.delete("/api/teacher/session", status_code=204, responses=errors(*WRITE))
 async def sign_out(request: Request, store: StoreDep, response: Response) -> None:
     if token := request.cookies.get(TEACHER_COOKIE):
         await store.end_teacher_session(token)
     response.delete_cookie(TEACHER_COOKIE)
 
 
-@router.get("/api/teacher/me")
+@router.get("/api/teacher/me", responses=errors(401))
 async def me(teacher: CurrentTeacher) -> TeacherOut:
     return TeacherOut.of(teacher)
 
 
-@router.get("/api/classrooms")
+@router.get("/api/classrooms", responses=errors(401))
 async def my_classrooms(teacher: CurrentTeacher, store: StoreDep) -> ClassroomList:
     """The teacher's classrooms, newest first."""
     return ClassroomList(classrooms=[ClassroomOut.of(c) for c in await store.teacher_classrooms(teacher.id)])
 
 
-@router.post("/api/classrooms", status_code=201)
+@router.post("/api/classrooms", status_code=201, responses=errors(*JSON_BODY, 401))
 async def create_classroom(body: CreateClassroom, teacher: CurrentTeacher, store: StoreDep) -> ClassroomOut:
     return ClassroomOut.of(await store.create_classroom(teacher.id, body.name))
 
@@ -87,12 +99,12 @@ async def _detail(store: Store, classroom: Classroom) -> ClassroomDetail:
     )
 
 
-@router.get("/api/classrooms/{classroom_id}")
+@router.get("/api/classrooms/{classroom_id}", responses=errors(*CLASS))
 async def classroom_detail(classroom: OwnClassroom, store: StoreDep) -> ClassroomDetail:
     return await _detail(store, classroom)
 
 
-@router.patch("/api/classrooms/{classroom_id}")
+@router.patch("/api/classrooms/{classroom_id}", responses=errors(*CLASS, *JSON_BODY))
 async def update_classroom(body: UpdateClassroom, classroom: OwnClassroom, store: StoreDep) -> ClassroomOut:
     """Rename, or close and reopen: a closed class takes no new pupils and no questions."""
     changes = body.model_dump(exclude_none=True)
@@ -107,7 +119,7 @@ def _added(passage: Passage, prompts: PromptsDep) -> PassageAdded:
     )
 
 
-@router.post("/api/classrooms/{classroom_id}/passages", status_code=201)
+@router.post("/api/classrooms/{classroom_id}/passages", status_code=201, responses=errors(*CLASS, *JSON_BODY))
 async def add_passage(
     body: AddPassage, classroom: OwnClassroom, passages: PassagesDep, prompts: PromptsDep
 ) -> PassageAdded:
@@ -115,7 +127,7 @@ async def add_passage(
     return _added(await passages.add(classroom.id, body.title, body.text), prompts)
 
 
-@router.post("/api/classrooms/{classroom_id}/passages/upload", status_code=201)
+@router.post("/api/classrooms/{classroom_id}/passages/upload", status_code=201, responses=errors(*CLASS, 400, 403, 413))
 async def upload_passage(
     classroom: OwnClassroom,
     passages: PassagesDep,
@@ -135,7 +147,7 @@ async def upload_passage(
     return _added(await passages.add(classroom.id, name, text), prompts)
 
 
-@router.put("/api/classrooms/{classroom_id}/active-passage")
+@router.put("/api/classrooms/{classroom_id}/active-passage", responses=errors(*CLASS, *JSON_BODY))
 async def choose_active_passage(
     body: ChooseActivePassage, classroom: OwnClassroom, store: StoreDep, passages: PassagesDep
 ) -> ClassroomDetail:
@@ -143,7 +155,7 @@ async def choose_active_passage(
     return await _detail(store, classroom)
 
 
-@router.get("/api/classrooms/{classroom_id}/questions")
+@router.get("/api/classrooms/{classroom_id}/questions", responses=errors(*CLASS))
 async def list_questions(
     classroom: OwnClassroom,
     store: StoreDep,
@@ -159,7 +171,7 @@ async def list_questions(
     return QuestionList(questions=[TeacherQuestion.of(q) for q in questions])
 
 
-@router.get("/api/classrooms/{classroom_id}/stats")
+@router.get("/api/classrooms/{classroom_id}/stats", responses=errors(*CLASS))
 async def classroom_stats(
     classroom: OwnClassroom,
     store: StoreDep,
@@ -170,19 +182,32 @@ async def classroom_stats(
     return stats.figures(await store.questions_between(until - window_s, until, classroom.id))
 
 
-@router.get("/api/classrooms/{classroom_id}/questions.csv")
-async def export_questions(classroom: OwnClassroom, store: StoreDep) -> Response:
+@router.get(
+    "/api/classrooms/{classroom_id}/questions.csv",
+    response_class=CsvResponse,
+    responses={200: {"description": "a header row, then one row a question"}, **errors(*CLASS, json_route=False)},
+)
+async def export_questions(classroom: OwnClassroom, store: StoreDep) -> CsvResponse:
     """Every question of the classroom, newest first, for a spreadsheet."""
     questions = await store.list_questions(classroom.id, limit=1_000_000)
     by_id = {p.id: p for p in await store.list_passages(classroom.id)}
-    return Response(
+    return CsvResponse(
         questions_csv(questions, by_id),
-        media_type="text/csv; charset=utf-8",
         headers={"Content-Disposition": attachment(f"{classroom.name or 'class'}-questions.csv")},
     )
 
 
-@router.get("/api/classrooms/{classroom_id}/events")
+@router.get(
+    "/api/classrooms/{classroom_id}/events",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": "`event: question`, the question as the teacher sees it, when asked and when answered",
+        },
+        **errors(*CLASS),
+    },
+)
 async def live_questions(classroom: OwnClassroom, store: StoreDep, services: ServicesDep) -> EventSourceResponse:
     """Server-Sent Events: each question as it is asked, and again when its answer ends."""
 
