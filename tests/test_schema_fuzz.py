@@ -13,7 +13,7 @@ service by URL.
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +24,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from schemathesis.generation.case import Case as DrawnCase
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from service.app import create_app
@@ -52,6 +53,7 @@ ROLES = ("nobody", "teacher", "pupil", "operator")
 AS_ITS_AUDIENCE = 200
 AS_EVERY_AUDIENCE = 25
 CASES: dict[str, Counter[int]] = {}
+Drawn = DrawnCase[Any]
 
 
 @dataclass
@@ -138,19 +140,20 @@ def role(request: pytest.FixtureRequest, fuzzed: Fuzzed) -> Iterator[Role]:
         yield Role(name, classroom_id=fuzzed.classroom["id"])
 
 
-def drawn_valid(case: schemathesis.Case, location: str) -> bool:
+def drawn_valid(case: Drawn, location: str) -> bool:
     """Whether Schemathesis drew this part of the case to fit the schema (a value it drew not to fit stays)."""
     if case.meta is None:
         return True
     return all(info.mode.is_positive for where, info in case.meta.components.items() if where.value == location)
 
 
-def aim(case: schemathesis.Case, role: Role, fuzzed: Fuzzed, real: bool) -> None:
+def aim(case: Drawn, role: Role, fuzzed: Fuzzed, real: bool) -> None:
     """Point a drawn case at what exists (when `real`), so that it gets past "no such class" to the route's
     own checks; and keep the fuzzed operator's replicas on this machine (the service probes them)."""
     body = case.body if isinstance(case.body, dict) else {}
-    if isinstance(body.get("replicas"), list):
-        body["replicas"] = [fuzzed.nowhere for _ in body["replicas"]]
+    replicas = body.get("replicas")
+    if isinstance(replicas, list):
+        body["replicas"] = [fuzzed.nowhere for _ in replicas]
     if not real:
         return
     # A class's live feed never ends: it is fuzzed on classes that do not exist (and opened below).
@@ -164,7 +167,7 @@ def aim(case: schemathesis.Case, role: Role, fuzzed: Fuzzed, real: bool) -> None
             body["passage_id"] = fuzzed.passage_id
 
 
-def send_and_check(case: schemathesis.Case, real: bool, role: Role, fuzzed: Fuzzed) -> None:
+def send_and_check(case: Drawn, real: bool, role: Role, fuzzed: Fuzzed) -> None:
     aim(case, role, fuzzed, real)
     # Signing out ends the session the cookie names: each such case signs out a session of nobody's.
     cookies = {} if case.method == "DELETE" and case.path.endswith("/session") else role.cookies
@@ -187,19 +190,20 @@ FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck))
 @SCHEMA.parametrize()
 @SCHEMA.given(real=st.booleans())
 @settings(FUZZ, max_examples=AS_EVERY_AUDIENCE)
-def test_every_route_as_every_audience(case: schemathesis.Case, real: bool, role: Role, fuzzed: Fuzzed) -> None:
+def test_every_route_as_every_audience(case: Drawn, real: bool, role: Role, fuzzed: Fuzzed) -> None:
     send_and_check(case, real, role, fuzzed)
 
 
-def routes_for(audience: str) -> Any:
-    return SCHEMA.include(tag=audience).parametrize()
+def routes_for(audience: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    decorate: Callable[[Callable[..., None]], Callable[..., None]] = SCHEMA.include(tag=audience).parametrize()
+    return decorate
 
 
 @pytest.mark.parametrize("role", ["teacher"], indirect=True)
 @routes_for("teacher")
 @SCHEMA.given(real=st.booleans())
 @settings(FUZZ, max_examples=AS_ITS_AUDIENCE)
-def test_teachers_routes_as_a_teacher(case: schemathesis.Case, real: bool, role: Role, fuzzed: Fuzzed) -> None:
+def test_teachers_routes_as_a_teacher(case: Drawn, real: bool, role: Role, fuzzed: Fuzzed) -> None:
     send_and_check(case, real, role, fuzzed)
 
 
@@ -207,7 +211,7 @@ def test_teachers_routes_as_a_teacher(case: schemathesis.Case, real: bool, role:
 @routes_for("pupil")
 @SCHEMA.given(real=st.booleans())
 @settings(FUZZ, max_examples=AS_ITS_AUDIENCE)
-def test_pupils_routes_as_a_pupil(case: schemathesis.Case, real: bool, role: Role, fuzzed: Fuzzed) -> None:
+def test_pupils_routes_as_a_pupil(case: Drawn, real: bool, role: Role, fuzzed: Fuzzed) -> None:
     send_and_check(case, real, role, fuzzed)
 
 
@@ -215,7 +219,7 @@ def test_pupils_routes_as_a_pupil(case: schemathesis.Case, real: bool, role: Rol
 @routes_for("operator")
 @SCHEMA.given(real=st.booleans())
 @settings(FUZZ, max_examples=AS_ITS_AUDIENCE)
-def test_operators_routes_as_the_operator(case: schemathesis.Case, real: bool, role: Role, fuzzed: Fuzzed) -> None:
+def test_operators_routes_as_the_operator(case: Drawn, real: bool, role: Role, fuzzed: Fuzzed) -> None:
     send_and_check(case, real, role, fuzzed)
 
 

@@ -5,7 +5,11 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from fastapi.routing import iter_route_contexts
+
+try:
+    from fastapi.routing import iter_route_contexts
+except ImportError:  # FastAPI before 0.13x (vLLM's pin on the GPU machine) flattens included routers
+    iter_route_contexts = iter  # type: ignore[assignment]
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.bodies import BodyTooLarge
