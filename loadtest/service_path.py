@@ -22,8 +22,9 @@ from loadtest.stats import Figures, figures
 
 NAME = re.compile(r"^(?P<variant>.+)-(?P<classes>\d+)-r(?P<round>\d+)\.json$")
 SEED = "seed-1api"
-# through the service -> straight to the same server, primed: the service's own overhead
-PAIRS = {"service-1api": "primed-1api", "service-4api": "primed-4api"}
+# Through the service (`service-4api`, or a lever of it: `service-4api-tok`) against straight to the same
+# server, primed (`primed-4api`): the service's own overhead.
+THROUGH_SERVICE = re.compile(r"^service-(?P<server>\d+api)")
 app = typer.Typer(add_completion=False)
 
 
@@ -87,7 +88,8 @@ def summarise(found: dict[tuple[str, int, int], Figures]) -> dict[str, Any]:
                 mine, seed = found.get((variant, classes, r)), found.get((SEED, classes, r))
                 if mine and seed and mine.ttft_ms.p95 and seed.ttft_ms.p95:
                     paired["p95_vs_seed"].append(mine.ttft_ms.p95 / seed.ttft_ms.p95)
-                direct = found.get((PAIRS.get(variant, ""), classes, r))
+                through = THROUGH_SERVICE.match(variant)
+                direct = found.get((f"primed-{through['server']}", classes, r)) if through else None
                 if mine and direct:
                     for key, field, relative in OVERHEADS:
                         a, b = FIELDS[field](mine), FIELDS[field](direct)
@@ -114,11 +116,14 @@ def markdown(summary: dict[str, Any]) -> str:
         f"Rounds {', '.join(map(str, summary['rounds']))}; each cell the median over rounds [range]. ms unless said.",
         "`seed-1api`: plain chat straight to vLLM, nothing primed (one API server, the seed's way); "
         "`primed-*`: straight to vLLM with the passage sent once first; `service-*`: through the service "
-        "(4 workers), the passage warmed when it was published; `1api`/`4api`: vLLM with 1 or 4 API servers.",
+        "(4 workers), the passage warmed when it was published; `1api`/`4api`: vLLM with 1 or 4 API servers; "
+        "`-tok`: token-id prompts (`/v1/completions`), `-tNN`: NN questions in flight per replica, the rest "
+        "waiting their turn, `-qfirst`: the question before the passage. Cached: prompt tokens served from "
+        "vLLM's prefix cache, of all prompt tokens (usage).",
         "",
         "| classes of 30 | configuration | TTFT p50 | p95 | p99 | ITL mean | TPOT mean | errors | p95 ÷ seed's "
-        "| service − direct: TTFT p50 | TTFT p95 | ITL mean | TPOT mean | client − vLLM's own TTFT |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| service − direct: TTFT p50 | TTFT p95 | ITL mean | TPOT mean | client − vLLM's own TTFT | cached |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, c in summary["table"].items():
         classes, variant = key.split("|")
@@ -129,7 +134,9 @@ def markdown(summary: dict[str, Any]) -> str:
             + ("–" if ratio is None else f"{ratio['median']:.2f} [{ratio['min']:.2f}–{ratio['max']:.2f}]")
             + f" | {_cell(c['ttft_p50_overhead'], signed=True)} | {_cell(c['ttft_p95_overhead'], signed=True)} | "
             f"{_cell(c['itl_mean_overhead'], pct=True)} | {_cell(c['tpot_mean_overhead'], pct=True)} | "
-            f"{_cell(c['client_minus_server_ttft'], signed=True)} |"
+            f"{_cell(c['client_minus_server_ttft'], signed=True)} | "
+            + ("–" if c["cached_ratio"] is None else f"{c['cached_ratio']['median']:.0%}")
+            + " |"
         )
     return "\n".join(lines) + "\n"
 

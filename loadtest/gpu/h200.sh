@@ -24,13 +24,23 @@
 #                                               straight to vLLM unprimed (the seed's way) and primed,
 #                                               and through the service (~9 min)
 #   bash loadtest/gpu/h200.sh service-agreement loadtest and vllm bench against vLLM's own histograms (~4 min)
+#
+# The levers (second 2026-12-03 run, results in loadtest/results/h200-2026-12-03-levers/): after the three
+# staging commands and service-prepare, on the same two servers:
+#   bash loadtest/gpu/h200.sh service-levers    (carry .devkit/redis) five services in front of the 4-API-server
+#                                               vLLM, each one lever apart: chat, token-id prompts, token ids with
+#                                               turns of 32 and 64 per replica, question-first; the seed's way on
+#                                               both servers and primed on the 4-API one; round 0 meets the fresh
+#                                               servers (the services' warm-up bursts ran on 8002 only). ROUND_FROM,
+#                                               ROUNDS, BUDGET_S as in service-runs; a later call goes on with
+#                                               ROUND_FROM=n (the services stay up between calls).
 set -euo pipefail
 # shellcheck source=/dev/null
 source /tmp/gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH CLASSROOM_MODEL__DIR=/tmp/models/original
 M=/tmp/models
 R=${OUT:-/tmp/out}/gpu-h200
-case $1 in service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
+case $1 in service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
 mkdir -p "$R"
 
 # The service's settings on the GPU machine: answers of 128 tokens, no rate limit in the way of a burst.
@@ -40,10 +50,10 @@ service_env() {  # PORT BACKEND_PORT REDIS_DB
     CLASSROOM_ANSWER__MAX_TOKENS=128 CLASSROOM_LIMITS__QUESTIONS_PER_MINUTE=100000 CLASSROOM_API__WORKERS=4
 }
 
-start_service() {  # PORT BACKEND_PORT REDIS_DB
+start_service() {  # PORT BACKEND_PORT REDIS_DB [NAME=VALUE of the lever...]
   local log=$GPU_LOGS/service-$1.log
   # shellcheck disable=SC2046
-  env $(service_env "$@") setsid python3 -c "from service.cli import app; app()" serve > "$log" 2>&1 < /dev/null &
+  env $(service_env "$1" "$2" "$3") "${@:4}" setsid python3 -c "from service.cli import app; app()" serve > "$log" 2>&1 < /dev/null &
   for _ in $(seq 1 600); do
     python3 -c "import urllib.request as u,sys; u.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$1/readyz" 2>/dev/null \
       && { echo "service on $1 ready (vLLM on $2)"; return 0; }
@@ -52,19 +62,73 @@ start_service() {  # PORT BACKEND_PORT REDIS_DB
   echo "SERVICE on $1 NOT READY"; tail -40 "$log"; return 1
 }
 
-case ${1:?prepare, agreement, rollout, service-prepare or service-runs} in
-service-prepare)
-  python3 -c "from pathlib import Path; from service.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
-  bash /tmp/gpu/serve.sh a1 8000 $M/original --enable-prefix-caching --gpu-memory-utilization 0.4
-  bash /tmp/gpu/serve.sh a4 8002 $M/original --enable-prefix-caching --gpu-memory-utilization 0.4 --api-server-count 4
-  ;;
-service-runs)
-  began=$(date +%s)
+# Redis as the stack runs it (append-only, fsync always), from Debian's package and the libraries it links.
+start_redis() {
   [ -x /tmp/redis/redis-server ] || tar xzf .devkit/redis/redis.tgz -C /tmp
   mkdir -p /tmp/redis-data
   /tmp/redis/lib/ld-linux-x86-64.so.2 --library-path /tmp/redis/lib /tmp/redis/redis-server --bind 127.0.0.1 \
     --port 6390 --dir /tmp/redis-data --appendonly yes --appendfsync always --save "" --daemonize yes \
     --logfile "$GPU_LOGS/redis.log"
+}
+
+case ${1:?prepare, agreement, rollout, service-prepare, service-runs, service-levers or service-agreement} in
+service-prepare)
+  python3 -c "from pathlib import Path; from service.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
+  # Both at once (each loads its own copy; ~2 min instead of ~4).
+  bash /tmp/gpu/serve.sh a1 8000 $M/original --enable-prefix-caching --gpu-memory-utilization 0.4 &
+  sleep 20  # the first to claim its share of the GPU's memory before the second measures what is free
+  bash /tmp/gpu/serve.sh a4 8002 $M/original --enable-prefix-caching --gpu-memory-utilization 0.4 --api-server-count 4
+  wait
+  ;;
+service-levers)
+  began=$(date +%s)
+  if ! python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8091/readyz', timeout=2)" 2>/dev/null; then
+    start_redis
+    tok=CLASSROOM_BACKEND__PROMPT_FORMAT=token_ids off=CLASSROOM_TURNS__MAX_IN_FLIGHT_PER_REPLICA=0
+    start_service 8091 8002 2 "$off"
+    start_service 8092 8002 3 "$tok" "$off"
+    start_service 8093 8002 4 "$tok" CLASSROOM_TURNS__MAX_IN_FLIGHT_PER_REPLICA=32
+    start_service 8094 8002 5 "$tok" CLASSROOM_TURNS__MAX_IN_FLIGHT_PER_REPLICA=64
+    start_service 8095 8002 6 CLASSROOM_ANSWER__PROMPT_LAYOUT=question_first "$off"
+    echo "services up $(( $(date +%s) - began )) s"
+  fi
+  burst=(--workload classroom --pupils 30 --passage-tokens 1000 --trickle 0 --profile throughput
+    --output-tokens 128 --ttft-target-ms 250 --warmup 2 --settle-s 1.5 --requests 120)
+  lever() {  # NAME SERVICE_PORT|- VLLM_PORT CLASSES EXTRA...
+    local name=$1 service=$2 vllm=$3 classes=$4; shift 4
+    local target=(--target vllm --url "http://127.0.0.1:$vllm/v1") out=$R/$name-$classes-r$round db=9
+    # The load test makes its teacher in the service's own Redis database (ports 8091.. use databases 2..).
+    [ "$service" != - ] && target=(--target service --url "http://127.0.0.1:$service" --metrics-url "http://127.0.0.1:$vllm/v1") \
+      && db=$(( service - 8089 ))
+    # shellcheck disable=SC2046  # service_env's words are the variables to set
+    env $(service_env "${service/-/8091}" "$vllm" "$db") python3 -m loadtest run "${target[@]}" \
+      "${burst[@]}" --classes "$classes" --variant "$name" "$@" --out "$out.json" > "$out.md" 2>&1 \
+      || { echo "$name $classes classes r$round FAILED"; tail -5 "$out.md"; return 0; }
+    echo "$name $classes r$round: $(grep -E "^\| TTFT \|" "$out.md" | head -1)"
+  }
+  for round in $(seq "${ROUND_FROM:-0}" "${ROUNDS:-9}"); do
+    [ $(( $(date +%s) - began )) -gt "${BUDGET_S:-480}" ] && { echo "time budget reached before round $round"; break; }
+    for classes in 1 4; do
+      lever seed-1api - 8000 "$classes" --no-prime
+      lever service-4api 8091 8002 "$classes"
+      lever seed-4api - 8002 "$classes" --no-prime
+      lever service-4api-tok 8092 8002 "$classes"
+      lever primed-4api - 8002 "$classes"
+      lever service-4api-qfirst 8095 8002 "$classes"
+      if [ "$classes" = 4 ]; then
+        lever service-4api-tok-t32 8093 8002 "$classes"
+        lever service-4api-tok-t64 8094 8002 "$classes"
+      fi
+    done
+  done
+  cp "$GPU_LOGS"/service-*.log "$R/" 2>/dev/null || true
+  gzip -c "$GPU_LOGS/server-a4.log" > "$R/server-a4.log.gz" 2>/dev/null || true
+  grep -h -E "Traceback|Error" "$GPU_LOGS"/service-*.log | sort | uniq -c | head -20 || true
+  echo "service-levers took $(( $(date +%s) - began )) s"
+  ;;
+service-runs)
+  began=$(date +%s)
+  start_redis
   start_service 8080 8000 0
   start_service 8081 8002 1
   burst=(--workload classroom --pupils 30 --passage-tokens 1000 --trickle 0 --profile throughput
