@@ -25,6 +25,7 @@ from typing import NoReturn
 
 import aiohttp
 import anyio
+from redis.exceptions import RedisError
 
 from service.accounts import Accounts
 from service.classes import ClassCache
@@ -55,6 +56,10 @@ MIDSTREAM_FAILURE = "The answer was cut short because the answering service stop
 PUPIL_LEFT = "The pupil left before the answer finished."
 NOT_STARTED = "The answer could not be started. Please ask again."
 TOO_SLOW = "The answering service took too long to answer. Please ask again in a moment."
+NOT_SAVED = (
+    "This answer could not be saved: the service lost touch with its store for a moment. "
+    "Please ask again in a few seconds."
+)
 # A class changed this often while one question was being admitted: give up rather than loop.
 ADMISSION_ATTEMPTS = 5
 
@@ -147,7 +152,7 @@ class AnswerStream:
                 except TurnNotInTime:
                     outcome = (QuestionStatus.FAILED, WAITED_TOO_LONG)
                     self.record = self._finish(outcome, parts, token_times, usage, finish_reason)
-                    await self._store.finish_question(self.record, self._line)
+                    await self._store_end()
                     yield Failed(self.record, WAITED_TOO_LONG)
                     return
                 except NotStarted as exc:  # stored and counted failed already
@@ -178,8 +183,9 @@ class AnswerStream:
             else:
                 outcome = (QuestionStatus.ANSWERED, None)
             self.record = self._finish(outcome, parts, token_times, usage, finish_reason)
-            await self._store.finish_question(self.record, self._line)
-            if outcome[1] is None:
+            if not await self._store_end():
+                yield Failed(self.record, NOT_SAVED)
+            elif outcome[1] is None:
                 yield Finished(self.record)
             else:
                 yield Failed(self.record, outcome[1])
@@ -190,7 +196,7 @@ class AnswerStream:
                     started = not isinstance(self._upstream, Waiting)
                     outcome = (QuestionStatus.INCOMPLETE if started else QuestionStatus.FAILED, PUPIL_LEFT)
                     self.record = self._finish(outcome, parts, token_times, usage, finish_reason)
-                    await self._store.finish_question(self.record, self._line)
+                    await self._store_end()
                 if isinstance(self._upstream, Waiting):
                     pass  # it never started
                 elif reader.done:
@@ -200,6 +206,16 @@ class AnswerStream:
                 if self._metrics is not None:
                     gaps = [later - earlier for earlier, later in zip(token_times, token_times[1:], strict=False)]
                     self._metrics.observe(self.record, gaps, self._queue_wait_s)
+
+    async def _store_end(self) -> bool:
+        """Store the final record; False if Redis stayed unreachable through the client's retries (the record
+        stays "answering" until `service.abandoned` finishes it, its turn and the pupil's lock lapse)."""
+        try:
+            await self._store.finish_question(self.record, self._line)
+        except RedisError as exc:
+            log.warning("answer %s ended but could not be stored: %s", self.record.id, exc)
+            return False
+        return True
 
     def _finish(
         self,

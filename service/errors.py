@@ -73,6 +73,22 @@ class BackendUnavailable(ServiceError):
         )
 
 
+class StoreUnavailable(ServiceError):
+    """Redis, where every class, passage, question and session is kept, did not answer within the client's
+    retries: nothing was taken, and nothing stored before is lost (it is on Redis' disk)."""
+
+    status_code = 503
+    code = "store_unavailable"
+    retry_after_s = 5
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The service cannot reach the store where it keeps classes and questions just now, so it could "
+            f"not do this. Nothing saved before is lost: please try again in {self.retry_after_s} seconds.",
+            headers={"Retry-After": str(self.retry_after_s)},
+        )
+
+
 class BackendFailed(ServiceError):
     status_code = 502
     code = "backend_failed"

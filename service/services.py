@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
+from service.abandoned import AbandonedAnswers
 from service.accounts import Accounts
 from service.answering import Answering
 from service.backends import BackendConfig
@@ -80,6 +81,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     accounts = Accounts(store, settings.auth)
     upstream = Upstream(settings.backend)
     turns = Turns(store, settings.turns, longest_answer_s=settings.answer.longest_s)
+    abandoned = AbandonedAnswers(store, settings.answer.longest_s)
     answering = Answering(
         store,
         prompts,
@@ -100,6 +102,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         await fleet.start()
         await scrape.start()
         await turns.start()
+        await abandoned.start()
         yield Services(
             settings=settings,
             redis=redis,
@@ -115,6 +118,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             model=read_manifest(settings.model.dir),
         )
     finally:
+        await abandoned.close()
         await turns.close()
         await scrape.close()
         await warmup.close()

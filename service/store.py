@@ -51,7 +51,7 @@ from redis.exceptions import WatchError
 
 from service.backends import BackendConfig
 from service.errors import ClassroomNotFound
-from service.records import Classroom, Passage, PupilSession, QuestionRecord, Teacher
+from service.records import Classroom, Passage, PupilSession, QuestionRecord, QuestionStatus, Teacher
 
 # Easy to read aloud: no 0/O, 1/I/L. 31^8 codes, so guessing one is hopeless.
 JOIN_CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
@@ -160,6 +160,12 @@ class Keys:
         return "questions:recent"
 
     @staticmethod
+    def answering() -> str:
+        """Questions whose answer is being written, by when it must have ended (asked + answer.longest_s): one
+        still there after that was abandoned by a process that died, or that could not store its end."""
+        return "questions:answering"
+
+    @staticmethod
     def warmed(passage_id: str) -> str:
         return f"passage:{passage_id}:warmed"
 
@@ -260,7 +266,7 @@ end
 # stored and announced. Run twice (a reply lost to a Redis restart and the command retried), it admits once.
 # KEYS: 1 session, 2 class version, 3 pupil answering, 4 pupil asked, 5 question, 6 class questions,
 #       7 by name, 8 passage questions, 9 pupil questions, 10 recent questions, 11 class events,
-#       12 turns running, 13 turns classes.
+#       12 turns running, 13 turns classes, 14 answers being written.
 # ARGV: 1 expected version, 2 now (s), 3 window (s), 4 most questions in it, 5 longest answer (s),
 #       6 record JSON, 7 question id, 8 its score (asked at), 9 oldest recent score kept,
 #       10 most running on the replica (0: no turns), 11 most waiting, 12 when a turn taken now lapses,
@@ -301,6 +307,7 @@ redis.call('LPUSH', KEYS[4], ARGV[2])
 redis.call('LTRIM', KEYS[4], 0, most - 1)
 redis.call('EXPIRE', KEYS[4], ARGV[3])
 store_record(5, 6)
+redis.call('ZADD', KEYS[14], tonumber(ARGV[2]) + tonumber(ARGV[5]), ARGV[7])
 if place > 0 then return {'queued', place} end
 return {'ok'}
 """
@@ -311,7 +318,8 @@ REFUSE = STORE_RECORD + "store_record(1, 1) return 1"
 
 # A question's final record stored and announced, the pupil free to ask again (if the claim is still theirs),
 # and its turn (running or still in line) given to the next in line.
-# KEYS: 1 question, 2 class events, 3 pupil answering, 4 turns running, 5 turns classes.
+# KEYS: 1 question, 2 class events, 3 pupil answering, 4 turns running, 5 turns classes, 6 answers being
+#       written.
 # ARGV: 1 record JSON, 2 question id, 3 most running (0: it took no turn), 4 the class lines' key prefix,
 #       5 classroom id, 6 now (s), 7 when a turn given now lapses, 8 the turns' channel.
 FINISH = (
@@ -319,6 +327,7 @@ FINISH = (
     + """
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('PUBLISH', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[6], ARGV[2])
 if redis.call('GET', KEYS[3]) == ARGV[2] then redis.call('DEL', KEYS[3]) end
 local bound = tonumber(ARGV[3])
 if bound > 0 then
@@ -333,6 +342,18 @@ end
 return 1
 """
 )
+
+# An abandoned answer's record finished as cut short, unless it changed since it was read (its own process
+# finished it after all): compare and set. Either way it leaves the index of answers being written.
+# KEYS: 1 question, 2 class events, 3 answers being written. ARGV: 1 the record as read, 2 as finished, 3 id.
+ABANDON = """
+local stored = redis.call('GET', KEYS[1])
+redis.call('ZREM', KEYS[3], ARGV[3])
+if stored ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('PUBLISH', KEYS[2], ARGV[2])
+return 1
+"""
 
 # Where a waiting question stands: 0 once its turn has come (or it is in no line: it goes ahead), else its
 # place. Turns that lapsed are given on first, so a line behind a process that died moves on.
@@ -446,6 +467,7 @@ class Store:
         self._finish = redis.register_script(FINISH)
         self._refuse = redis.register_script(REFUSE)
         self._turn_place = redis.register_script(TURN_PLACE)
+        self._abandon = redis.register_script(ABANDON)
 
     # Teachers and their sessions
 
@@ -612,6 +634,7 @@ class Store:
             Keys.pupil_asked(record.pupil_id),
             *self._record_keys(record),
             *(line.keys() if line else NO_TURN_KEYS),
+            Keys.answering(),
         ]
         args: list[str | float] = [class_version, asked, rate.window_s, rate.most, longest_answer_s]
         args += [record.model_dump_json(), record.id, asked, asked - RECENT_S]
@@ -640,9 +663,28 @@ class Store:
         keys = [Keys.question(record.id), Keys.events(record.classroom_id), Keys.pupil_answering(record.pupil_id)]
         args: list[str | float] = [record.model_dump_json(), record.id]
         if line:
-            await self._finish(keys=keys + line.keys(), args=args + line.args(record.classroom_id, time.time()))
+            await self._finish(
+                keys=[*keys, *line.keys(), Keys.answering()], args=args + line.args(record.classroom_id, time.time())
+            )
         else:
-            await self._finish(keys=keys + NO_TURN_KEYS, args=args + [0, "", "", 0, 0, ""])
+            await self._finish(keys=[*keys, *NO_TURN_KEYS, Keys.answering()], args=args + [0, "", "", 0, 0, ""])
+
+    async def abandoned_answers(self, now: float, limit: int = 100) -> list[tuple[str, QuestionRecord]]:
+        """Questions still being written after they must have ended: each record as stored (the exact JSON,
+        for `abandon_answer`'s compare and set) and read, oldest first."""
+        ids = _texts(await self.redis.zrangebyscore(Keys.answering(), "-inf", now, start=0, num=limit))
+        raws = await self.redis.mget([Keys.question(i) for i in ids]) if ids else []
+        found = [(_text(raw), QuestionRecord.model_validate_json(raw)) for raw in raws if raw is not None]
+        writing = [(raw, record) for raw, record in found if record.status == QuestionStatus.ANSWERING]
+        if done := set(ids) - {record.id for _, record in writing}:  # deleted, or finished after all
+            await self.redis.zrem(Keys.answering(), *done)
+        return writing
+
+    async def abandon_answer(self, stored: str, finished: QuestionRecord) -> bool:
+        """Store `finished` in place of the record stored as `stored`, if that is still what is stored (its
+        own process may have finished it after all); False if it changed."""
+        keys = [Keys.question(finished.id), Keys.events(finished.classroom_id), Keys.answering()]
+        return bool(await self._abandon(keys=keys, args=[stored, finished.model_dump_json(), finished.id]))
 
     async def turn_place(self, line: TurnLine, classroom_id: str, question_id: str) -> int:
         """0 once the question's turn has come (or it waits in no line), else its place in line."""

@@ -10,10 +10,12 @@ try:
     from fastapi.routing import iter_route_contexts
 except ImportError:  # FastAPI before 0.13x (vLLM's pin on the GPU machine) flattens included routers
     iter_route_contexts = iter  # type: ignore[assignment]
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.bodies import BodyTooLarge
-from service.errors import ServiceError
+from service.errors import ServiceError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,11 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, code, message, headers)
 
 
+async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("Redis unreachable: %s", exc)
+    return await _service_error(request, StoreUnavailable())
+
+
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=exc)
     return error_response(500, "internal_error", "Something went wrong on our side. Please try again.")
@@ -96,4 +103,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    # After the client's own retries (service/store.py): Redis down or restarting for longer than they last.
+    app.add_exception_handler(RedisConnectionError, _store_unavailable)
+    app.add_exception_handler(RedisTimeoutError, _store_unavailable)
     app.add_exception_handler(Exception, _unexpected)

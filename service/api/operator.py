@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from service import stats
 from service.api.bodies import ApiRoute
-from service.api.schemas import JSON_BODY, WRITE, errors
+from service.api.schemas import JSON_BODY, STORE, WRITE, errors
 from service.backends import BackendConfig, Canary, Variant
 from service.deps import OperatorAuth, ServicesDep, StoreDep
 from service.errors import InvalidInput
@@ -22,7 +22,7 @@ from service.records import QuestionRecord
 from service.vllm_metrics import VllmFigures
 
 # Without the operator's token, every route here answers 403.
-router = APIRouter(prefix="/api/operator", tags=["operator"], route_class=ApiRoute, responses=errors(403))
+router = APIRouter(prefix="/api/operator", tags=["operator"], route_class=ApiRoute, responses=errors(403, *STORE))
 
 Window = Annotated[int, Query(ge=60, le=24 * 3600, description="seconds back from now")]
 

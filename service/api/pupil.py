@@ -12,6 +12,7 @@ from service.api.bodies import ApiRoute
 from service.api.event_stream import EventStream
 from service.api.schemas import (
     JSON_BODY,
+    STORE,
     WRITE,
     Answer,
     AskQuestion,
@@ -34,7 +35,7 @@ from service.deps import (
     set_session_cookie,
 )
 
-router = APIRouter(tags=["pupil"], route_class=ApiRoute)
+router = APIRouter(tags=["pupil"], route_class=ApiRoute, responses=errors(*STORE))
 
 OWN_HISTORY_LIMIT = 200
 

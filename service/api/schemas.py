@@ -4,7 +4,7 @@ import unicodedata
 from datetime import datetime
 from typing import Annotated, Any, Self
 
-from pydantic import AfterValidator, BaseModel, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, Field, StrictBool, StringConstraints
 
 from service.records import Classroom, Passage, QuestionRecord, QuestionStatus, Teacher, Usage
 
@@ -16,6 +16,13 @@ def _one_line(name: str) -> str:
     return name
 
 
+def _stripped(text: str) -> str:
+    text = text.strip()
+    if not text:
+        raise ValueError("it holds only spaces: please type it")
+    return text
+
+
 def _printable(text: str) -> str:
     """Text people typed or pasted (questions, passages, titles): lines and tabs, but no NUL or other
     control characters, which no page shows and some tokenizers and spreadsheets choke on."""
@@ -25,9 +32,12 @@ def _printable(text: str) -> str:
 
 
 Text = Annotated[str, AfterValidator(_printable)]
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100), AfterValidator(_one_line)]
+# The lengths are the typed text's, as the OpenAPI schema says, and the space around it is then dropped.
+Name = Annotated[
+    str, StringConstraints(min_length=1, max_length=100), AfterValidator(_stripped), AfterValidator(_one_line)
+]
 PupilName = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=40), AfterValidator(_one_line)
+    str, StringConstraints(min_length=1, max_length=40), AfterValidator(_stripped), AfterValidator(_one_line)
 ]
 
 
@@ -58,12 +68,20 @@ ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
     422: ("A value is missing or refused; the message says which and why", {}),
     429: ("Too many questions or wrong attempts for now", RETRY_AFTER),
     502: ("The answering service refused the question", {}),
-    503: ("The answering service cannot be reached; the question was saved", RETRY_AFTER),
+    503: (
+        "The answering service cannot be reached (the question was saved), or the service's store cannot "
+        "(nothing was taken)",
+        RETRY_AFTER,
+    ),
 }
 # Any route with a JSON body: unreadable, sent by another site with our cookie, too large, not JSON, refused.
 JSON_BODY = (403, 413, 415, 422)
 # Any other write: another site may have sent it with our cookie.
 WRITE = (403,)
+
+
+# Any route that reads or writes the store (Redis): unreachable for longer than the client retries.
+STORE = (503,)
 
 
 def errors(*statuses: int, json_route: bool = True) -> dict[int | str, dict[str, Any]]:
@@ -105,7 +123,7 @@ class CreateClassroom(BaseModel):
 
 class UpdateClassroom(BaseModel):
     name: Name | None = None
-    is_open: bool | None = None
+    is_open: StrictBool | None = None  # JSON true or false only, as the schema says (not 0, 1 or "yes")
 
 
 class ClassroomOut(BaseModel):

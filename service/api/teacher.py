@@ -12,6 +12,7 @@ from service.api.bodies import ApiRoute
 from service.api.event_stream import STREAM_HEADERS
 from service.api.schemas import (
     JSON_BODY,
+    STORE,
     WRITE,
     AddPassage,
     ChooseActivePassage,
@@ -45,7 +46,7 @@ from service.export import attachment, questions_csv
 from service.records import Classroom, Passage
 from service.store import Store
 
-router = APIRouter(tags=["teacher"], route_class=ApiRoute)
+router = APIRouter(tags=["teacher"], route_class=ApiRoute, responses=errors(*STORE))
 
 
 class CsvResponse(Response):

@@ -1,0 +1,57 @@
+"""Answers nobody will finish: their process was killed mid-answer, or Redis was down when it ended.
+
+Every admitted question is indexed until its final record is stored (`Keys.answering`, by asked +
+`answer.longest_s`, the longest an answer may take and the pupil's one-at-a-time lock). One still indexed
+after that is stored cut short, with what the pupil is told, so that no record says "answering" forever.
+Each process sweeps; the store's compare and set makes a record finished once, and leaves it alone if its
+own process finished it after all.
+"""
+
+import asyncio
+import logging
+import time
+
+from redis.exceptions import RedisError
+
+from service.records import QuestionStatus, utcnow
+from service.store import Store
+
+log = logging.getLogger(__name__)
+
+ABANDONED = "The answer was cut short because the service was interrupted while writing it. Please ask again."
+
+
+class AbandonedAnswers:
+    def __init__(self, store: Store, longest_answer_s: float) -> None:
+        self._store = store
+        # Often enough that a record is finished soon after its lock lapses; at most every 30 s.
+        self.every_s = min(30.0, max(1.0, longest_answer_s / 8))
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def sweep(self, now: float | None = None) -> int:
+        """Finish every abandoned answer once; how many this call finished."""
+        finished = 0
+        for stored, record in await self._store.abandoned_answers(time.time() if now is None else now):
+            cut = record.model_copy(
+                update={"status": QuestionStatus.INCOMPLETE, "error": ABANDONED, "finished_at": utcnow()}
+            )
+            if await self._store.abandon_answer(stored, cut):
+                log.warning("answer %s of class %s abandoned: stored cut short", record.id, record.classroom_id)
+                finished += 1
+        return finished
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except RedisError as exc:  # Redis down: the next sweep finds the same records
+                log.warning("abandoned answers not swept: %s", exc)
+            await asyncio.sleep(self.every_s)
