@@ -17,38 +17,20 @@ CPU's: read them only against each other.
 import argparse
 import asyncio
 import json
-import os
-import platform
 import random
 import statistics
-import subprocess
-import sys
 import time
-import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
-from loadtest.environment import cpu_model
-from service.backend.flags import detect_device
-from service.backend.server import start_vllm
-from service.backend.venv import ensure_vllm_venv
 from service.model.prepare import prepare_model
-from service.processes import ManagedProcess, free_port
-from service.redis_server import start_redis
-from service.settings import PROJECT_ROOT, BackendSettings, Settings, StandinSize
+from service.settings import PROJECT_ROOT, StandinSize
+
+from .parts import PASSWORD, TEACHER, machine, passage, running_parts, serve, until_warmed
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results" / "cache_affinity.json"
-STATE = PROJECT_ROOT / "var" / "bench"
-CLASSROOM = str(Path(sys.executable).with_name("classroom"))
-PASSWORD = "benchmark password"
-WORDS = (
-    "bees flowers pollen nectar hive queen workers drones honey wax colony dance summer winter orchard "
-    "apple blossom seeds fruit garden meadow farmer sun rain wind"
-).split()
 
 
 @dataclass(frozen=True)
@@ -66,13 +48,6 @@ CONFIGS = [
 ]
 
 
-def passage(rng: random.Random, words: int) -> str:
-    sentences: list[str] = []
-    while len(" ".join(sentences).split()) < words:
-        sentences.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))).capitalize() + ".")
-    return f"(Run {uuid.uuid4().hex[:8]}.) " + " ".join(sentences)
-
-
 async def ask(client: httpx.AsyncClient, classroom_id: str, question: str) -> dict[str, Any]:
     response = await client.post(
         f"/api/classrooms/{classroom_id}/questions", json={"question": question}, headers={"Accept": "application/json"}
@@ -80,14 +55,6 @@ async def ask(client: httpx.AsyncClient, classroom_id: str, question: str) -> di
     response.raise_for_status()
     answer: dict[str, Any] = response.json()
     return answer
-
-
-async def until_warmed(teacher: httpx.AsyncClient, classroom_id: str) -> None:
-    for _ in range(300):
-        if (await teacher.get(f"/api/classrooms/{classroom_id}")).json()["active_passage_warmed"]:
-            return
-        await asyncio.sleep(0.2)  # noqa: ASYNC110  (polling another process's state over HTTP)
-    raise TimeoutError("the passage was never warmed")
 
 
 async def one_class(
@@ -158,34 +125,6 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def serve(settings: Settings, config: Config, backends: Path, db: int, model_dir: Path) -> tuple[ManagedProcess, str]:
-    port = free_port()
-    env = dict(os.environ) | {
-        "CLASSROOM_REDIS__URL": settings.redis.url.rsplit("/", 1)[0] + f"/{db}",
-        "CLASSROOM_API__PORT": str(port),
-        "CLASSROOM_MODEL__DIR": str(model_dir),
-        "CLASSROOM_ROUTING__BACKENDS_FILE": str(backends),
-        "CLASSROOM_ROUTING__POLICY": config.policy,
-        "CLASSROOM_ROUTING__WARMUP": str(config.warmup).lower(),
-        "CLASSROOM_ANSWER__MAX_TOKENS": "32",
-        "CLASSROOM_LIMITS__QUESTIONS_PER_MINUTE": "1000",
-        "CLASSROOM_NEW_TEACHER_PASSWORD": PASSWORD,
-    }
-    subprocess.run([CLASSROOM, "teacher", "add", "bench@school.example"], env=env, check=True, capture_output=True)
-    process = ManagedProcess("service", [CLASSROOM, "serve"], STATE / "logs" / f"service-{port}.log", env=env)
-    process.start()
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    process.wait_until(ready, 60)
-    return process, url
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -197,41 +136,25 @@ def main() -> None:
     rng = random.Random(args.seed)
     model_dir = PROJECT_ROOT / "var" / "models" / size
     manifest = prepare_model(model_dir, size, seed=0, standin=True)
-    redis_port = free_port()
-    settings = Settings(state_dir=STATE)
-    settings = settings.model_copy(
-        update={"redis": settings.redis.model_copy(update={"url": f"redis://127.0.0.1:{redis_port}/0"})}
-    )
-    redis = start_redis(settings.redis.url, redis_port, STATE / f"redis-{redis_port}", STATE / "logs" / "redis.log")
-    replicas = []
-    try:
-        for _ in range(2):
-            replica = Settings(state_dir=STATE, backend=BackendSettings(base_url=f"http://127.0.0.1:{free_port()}/v1"))
-            device = detect_device(replica.backend.device)
-            ensure_vllm_venv(replica.backend.venv, device)
-            replicas.append((replica.backend.base_url, start_vllm(replica, model_dir, device)))
-        backends = STATE / "backends.yaml"
-        backends.write_text(
-            yaml.safe_dump({"active": "original", "variants": {"original": {"replicas": [u for u, _ in replicas]}}})
-        )
+    with running_parts(model_dir, replicas=2) as (settings, backends):
         runs: dict[str, list[dict[str, Any]]] = {c.name: [] for c in CONFIGS}
         token = settings.auth.operator_token.get_secret_value()  # the services' own, from the same defaults
         db = 1
         for repeat in range(args.repeats):
             order = CONFIGS if repeat % 2 == 0 else CONFIGS[::-1]  # alternate, so drift hits all alike
             for config in order:
-                process, url = serve(settings, config, backends, db, model_dir)
+                env = {
+                    "CLASSROOM_ROUTING__POLICY": config.policy,
+                    "CLASSROOM_ROUTING__WARMUP": str(config.warmup).lower(),
+                }
+                process, url = serve(settings, backends, db, model_dir, env)
                 db += 1
                 try:
-                    run = asyncio.run(one_class(url, "bench@school.example", args.pupils, rng, config.warmup, token))
+                    run = asyncio.run(one_class(url, TEACHER, args.pupils, rng, config.warmup, token))
                 finally:
                     process.stop()
                 runs[config.name].append(summarise(run))
                 print(f"repeat {repeat + 1}, {config.name}: {runs[config.name][-1]['cache_hit_ratio']:.3f}", flush=True)
-    finally:
-        for _, process in replicas:
-            process.stop()
-        redis.stop()
 
     table = {
         name: {
@@ -264,11 +187,7 @@ def main() -> None:
                 "answer_tokens": 32,
                 "repeats": args.repeats,
                 "seed": args.seed,
-                "machine": {
-                    "cpu": cpu_model(),
-                    "cores": os.cpu_count(),
-                    "python": platform.python_version(),
-                },
+                "machine": machine(),
                 "summary": table,
                 "runs": runs,
             },

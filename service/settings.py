@@ -79,6 +79,8 @@ class BackendSettings(BaseModel):
     # server, the service and Redis on a 2-core machine.
     cpu_omp_threads_bind: str = "auto"
     startup_timeout_s: float = 600.0
+    # vLLM's `--max-num-seqs` (unset: vLLM's own default); small, to fill the engine with a few pupils in benchmarks.
+    max_num_seqs: int | None = Field(default=None, ge=1)
     # How a question's prompt goes to vLLM. chat: the messages, which vLLM renders and tokenises whole for
     # every question. token_ids: the token ids on /v1/completions; the service tokenises each passage's
     # prompt prefix once and then only each question's part (the same ids, so the same cache hits): a lever
@@ -145,8 +147,11 @@ class TurnSettings(BaseModel):
     queue is first come, first served across everyone."""
 
     # Set it near what the replica runs at once well (vLLM's --max-num-seqs, or the knee of a load test's
-    # sweep): below it the engine is not full and nobody waits; 0 turns waiting in line off.
-    max_in_flight_per_replica: int = Field(default=64, ge=0)
+    # sweep): below it the engine is not full and nobody waits; 0 turns waiting in line off. On the H200 a
+    # bound of 32 or 64 made 4 classes of 30 at once wait 1.0-1.8 s at p95 against 0.25 s unbounded
+    # (loadtest/results/h200-2026-12-03-levers): the engine ran all 120 well, and each turn waits a whole
+    # answer. 256 is vLLM's own --max-num-seqs default on smaller GPUs (1024 on an H100/H200).
+    max_in_flight_per_replica: int = Field(default=256, ge=0)
     # Questions waiting for one replica at most; one more is refused (429) and stored as refused.
     max_waiting_per_replica: int = Field(default=512, ge=1)
     # A question waits this long for its turn at most, then is stored failed with a sentence.

@@ -109,6 +109,13 @@ def test_vllm_env_file_holds_the_flags_and_environment_of_flags_py(vllm_env_file
     assert all(not re.search(r"\s", flag) for flag in flags)
 
 
+def test_max_num_seqs_reaches_vllms_command_line_only_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert "--max-num-seqs" not in serve_flags(CONTAINER_BACKEND, CONTAINER_MODEL_DIR, "cpu")
+    monkeypatch.setenv("CLASSROOM_BACKEND__MAX_NUM_SEQS", "4")
+    flags = serve_flags(Settings().backend, CONTAINER_MODEL_DIR, "cpu")
+    assert flags[flags.index("--max-num-seqs") + 1] == "4"
+
+
 # --- docker compose ------------------------------------------------------------------------------------
 
 

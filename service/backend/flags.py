@@ -34,6 +34,8 @@ def serve_flags(backend: BackendSettings, model_dir: Path, device: Device) -> li
         "--enable-prefix-caching",
         "--enable-prompt-tokens-details",  # usage carries prompt_tokens_details.cached_tokens
     ]  # fmt: skip
+    if backend.max_num_seqs is not None:
+        flags += ["--max-num-seqs", str(backend.max_num_seqs)]
     if device == "cpu":
         # Eager mode skips torch.compile (20-30 s faster start).
         flags += ["--enforce-eager", "--dtype", CPU_DTYPE]
