@@ -174,6 +174,11 @@ class Keys:
         return f"warmup:fleet:{_digest(fleet_state)}"
 
     @staticmethod
+    def replica_burst(claim: str) -> str:
+        """A warm-up burst claimed for one run of a replica (its URL and start time)."""
+        return f"warmup:burst:{_digest(claim)}"
+
+    @staticmethod
     def backend_config() -> str:
         return "backends:config"
 
@@ -845,11 +850,11 @@ class Store:
         """Warm-up bursts, one per run of a replica across every service process: of the claims named
         (a replica's URL and run) those not yet held, claimed now by this process alone (SET NX). Every
         one named is held for its seconds from now, so that a process that keeps seeing the replica up
-        keeps its claim. One round trip. Keys: `warmup:burst:{digest}`."""
+        keeps its claim. One round trip."""
         names = list(claims)
         async with self.redis.pipeline(transaction=False) as batch:
             for name in names:
-                key, ms = f"warmup:burst:{_digest(name)}", max(1, int(claims[name] * 1000))
+                key, ms = Keys.replica_burst(name), max(1, int(claims[name] * 1000))
                 batch.set(key, "1", nx=True, px=ms)
                 batch.pexpire(key, ms)
             replies = await batch.execute()
