@@ -4,6 +4,7 @@ Figures and reports are computed from these files only (stats.py, report.py, com
 be re-made, or a figure redefined, without running the load again.
 """
 
+import gzip
 from pathlib import Path
 from typing import Literal
 
@@ -153,4 +154,7 @@ class RunResult(BaseModel):
 
     @classmethod
     def load(cls, path: Path) -> "RunResult":
-        return cls.model_validate_json(path.read_text())
+        # Results kept as .json.gz: each run's per-request records are ~0.5 MB of JSON, and every committed byte
+        # travels with each command sent to the lent GPU (64 MiB in all).
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+        return cls.model_validate_json(raw)

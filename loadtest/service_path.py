@@ -1,6 +1,6 @@
 """The report of `loadtest/gpu/h200.sh service-runs`: a class's burst straight to vLLM (unprimed, the seed's
 way; primed) and through the service, configurations alternated within each round, read from the saved
-runs (named VARIANT-CLASSES-rROUND.json).
+runs (named VARIANT-CLASSES-rROUND.json, or .json.gz).
 
     python -m loadtest.service_path loadtest/results/h200-2026-12-03 [--skip-round 0]
 
@@ -20,7 +20,7 @@ import typer
 from loadtest.results import RunResult
 from loadtest.stats import Figures, figures
 
-NAME = re.compile(r"^(?P<variant>.+)-(?P<classes>\d+)-r(?P<round>\d+)\.json$")
+NAME = re.compile(r"^(?P<variant>.+)-(?P<classes>\d+)-r(?P<round>\d+)\.json(\.gz)?$")
 SEED = "seed-1api"
 # Through the service (`service-4api`, or a lever of it: `service-4api-tok`) against straight to the same
 # server, primed (`primed-4api`): the service's own overhead.
@@ -30,7 +30,7 @@ app = typer.Typer(add_completion=False)
 
 def _figures_of(folder: Path, skip: set[int]) -> dict[tuple[str, int, int], Figures]:
     found = {}
-    for path in sorted(folder.glob("*.json")):
+    for path in sorted(folder.glob("*.json*")):
         m = NAME.match(path.name)
         if not m or int(m["round"]) in skip:
             continue

@@ -12,10 +12,14 @@ def root_url(base_url: str) -> str:
     return base_url.rstrip("/").removesuffix("/v1")
 
 
-def sum_samples(text: str) -> dict[str, float]:
+def sum_samples(text: str, only: tuple[str, ...] = ()) -> dict[str, float]:
     """Each sample name's value summed over its labels: over a replica's engines (a replica may run
     several data-parallel engines). By sample name, not family name: how a family is named depends on
-    its TYPE line, and the counters' `_created` timestamps have names of their own."""
+    its TYPE line, and the counters' `_created` timestamps have names of their own. With `only`, just the
+    samples whose names start so: the fleet's probe runs on the event loop, and prometheus-client parses
+    vLLM's whole /metrics (~60 kB, histograms) in 6 ms on the H200's host and 24 ms here."""
+    if only:
+        text = "\n".join(line for line in text.splitlines() if line.startswith(only))
     samples: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -43,9 +47,12 @@ VLLM_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
+_WANTED = tuple(name for names in VLLM_NAMES.values() for name in names)
+
+
 def parse_vllm_metrics(text: str) -> VllmFigures:
     """The fleet's figures of one replica, summed over its engines."""
-    samples = sum_samples(text)
+    samples = sum_samples(text, only=_WANTED)
     figures: dict[str, float] = {}
     for figure, names in VLLM_NAMES.items():
         found = next((samples[name] for name in names if name in samples), None)

@@ -18,7 +18,7 @@ from service.app import create_app
 from service.backends import rendezvous_order
 from service.cli import app
 from service.settings import PROJECT_ROOT, RoutingSettings, Settings
-from service.vllm_metrics import sum_samples
+from service.vllm_metrics import VLLM_NAMES, parse_vllm_metrics, sum_samples
 from tests.conftest import Join, ServerThread, Vllm, isolated, report
 from tests.helpers import (
     add_passage,
@@ -266,3 +266,19 @@ def test_an_operator_loads_a_new_backends_file_from_the_command_line(
             app, ["backends", "load", str(broken)], env={"CLASSROOM_REDIS__URL": own.redis.url}
         )
         assert refused.exit_code != 0 and "nowhere" in refused.output
+
+
+def test_the_probe_reads_a_real_vllm_s_figures_from_its_own_lines_only(vllm: Vllm) -> None:
+    """The probe parses only the lines it needs (the whole text stalls the event loop for milliseconds):
+    what it reads must be what parsing all of the real server's /metrics says, after real traffic."""
+    body = {"model": "Qwen/Qwen2.5-1.5B-Instruct", "prompt": "The tide came in over the flats", "max_tokens": 4}
+    httpx.post(f"{vllm.base_url}/completions", json=body, timeout=60).raise_for_status()
+    text = httpx.get(f"{vllm.root_url}/metrics").text
+    everything = sum_samples(text)
+    expected = {
+        figure: next(everything[name] for name in names if name in everything)
+        for figure, names in VLLM_NAMES.items()
+        if any(name in everything for name in names)
+    }
+    assert expected["prefix_cache_queries"] > 0, "the request above should have counted"
+    assert parse_vllm_metrics(text).model_dump() == {**parse_vllm_metrics("").model_dump(), **expected}

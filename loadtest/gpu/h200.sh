@@ -34,13 +34,26 @@
 #                                               servers (the services' warm-up bursts ran on 8002 only). ROUND_FROM,
 #                                               ROUNDS, BUDGET_S as in service-runs; a later call goes on with
 #                                               ROUND_FROM=n (the services stay up between calls).
+#
+# The decision through the service, and where the service's time goes (third 2026-12-03 run, results in
+# loadtest/results/h200-2026-12-03-decision/): after the staging commands (five pieces of 36 MiB now, the
+# tree having grown),
+#   bash loadtest/gpu/h200.sh decision-prepare  (carry .devkit/extra and .devkit/redis: truststore, py-spy,
+#                                               Redis) the stand-in and its FP8_DYNAMIC copy, each served with
+#                                               --api-server-count 4 on 0.4 of the GPU, at once (~3 min)
+#   bash loadtest/gpu/h200.sh decision-runs     a service (token ids, turns as default) in front of each, ROUNDS
+#                                               rounds alternating the variants: a class's burst, 4 classes'
+#                                               burst, a lesson (4 classes, bursts then a trickle); then a third
+#                                               service started under py-spy (all its workers, 250 Hz) for
+#                                               bursts of one class and of four; one tarball in $OUT (~6 min)
+#   classroom loadtest compare .../h200-2026-12-03-decision/{original,fp8}-*-r2.json --gpu-price 3.50 ...
 set -euo pipefail
 # shellcheck source=/dev/null
 source /tmp/gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH CLASSROOM_MODEL__DIR=/tmp/models/original
 M=/tmp/models
 R=${OUT:-/tmp/out}/gpu-h200
-case $1 in service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
+case $1 in decision-*) R=${OUT:-/tmp/out}/h200-2026-12-03-decision ;; service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
 mkdir -p "$R"
 
 # The service's settings on the GPU machine: answers of 128 tokens, no rate limit in the way of a burst.
@@ -71,7 +84,69 @@ start_redis() {
     --logfile "$GPU_LOGS/redis.log"
 }
 
-case ${1:?prepare, agreement, rollout, service-prepare, service-runs, service-levers or service-agreement} in
+case ${1:?prepare, agreement, rollout, decision-prepare, decision-runs, service-prepare, service-runs, service-levers or service-agreement} in
+decision-prepare)
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .devkit/extra/*.whl
+  install -m 755 .devkit/extra/py-spy /tmp/py-spy
+  tar xzf .devkit/redis/redis.tgz -C /tmp
+  python3 -c "from pathlib import Path; from service.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
+  PYTHONPATH=/tmp/lc_site:/tmp/site python3 /tmp/gpu/fp8_llmcompressor.py $M/original $M/fp8 2>&1 | tail -2
+  cp $M/original/classroom-model.json $M/fp8/
+  bash /tmp/gpu/serve.sh bf16 8000 $M/original --enable-prefix-caching --gpu-memory-utilization 0.4 --api-server-count 4 &
+  sleep 20  # the first to claim its share of the GPU's memory before the second measures what is free
+  bash /tmp/gpu/serve.sh fp8 8001 $M/fp8 --enable-prefix-caching --gpu-memory-utilization 0.4 --api-server-count 4
+  wait
+  # Can py-spy read a child's stacks here (ptrace)? A second of a busy child, before the runs depend on it.
+  /tmp/py-spy record -r 100 -d 2 -f raw -o /tmp/pyspy-check.txt -- python3 -c "while True: sum(range(1000))" >/dev/null 2>&1 || true
+  echo "py-spy check: $(wc -l < /tmp/pyspy-check.txt 2>/dev/null || echo no) stack lines"
+  ;;
+decision-runs)
+  began=$(date +%s)
+  start_redis
+  tok=CLASSROOM_BACKEND__PROMPT_FORMAT=token_ids
+  start_service 8091 8000 2 "$tok" CLASSROOM_MODEL__DIR=$M/original
+  start_service 8092 8001 3 "$tok" CLASSROOM_MODEL__DIR=$M/fp8
+  echo "services up $(( $(date +%s) - began )) s"
+  burst=(--workload classroom --pupils 30 --passage-tokens 1000 --trickle 0 --profile throughput --requests 120)
+  lesson=(--workload classroom --classes 4 --pupils 30 --passage-tokens 1000 --trickle 10 --profile constant
+    --rate 20 --requests 160)
+  one() {  # VARIANT SERVICE_PORT VLLM_PORT WORKLOAD_NAME LOADTEST_ARGS...
+    local variant=$1 service=$2 vllm=$3 out=$R/$1-$4-r$round; shift 4
+    # shellcheck disable=SC2046  # service_env's words are the variables to set
+    env $(service_env "$service" "$vllm" $(( service - 8089 ))) CLASSROOM_MODEL__DIR="$M/$variant" python3 -m loadtest run \
+      --target service --url "http://127.0.0.1:$service" --metrics-url "http://127.0.0.1:$vllm/v1" \
+      --ttft-target-ms 250 --warmup 2 --settle-s 1.5 --variant "$variant" "$@" --out "$out.json" > "$out.md" 2>&1 \
+      || { echo "$out FAILED"; tail -5 "$out.md"; return 0; }
+    echo "${out##*/}: $(grep -E "^\| TTFT \|" "$out.md" | head -1)"
+  }
+  for round in $(seq 0 "${ROUNDS:-2}"); do
+    [ $(( $(date +%s) - began )) -gt "${BUDGET_S:-330}" ] && { echo "time budget reached before round $round"; break; }
+    for v in original:8091:8000 fp8:8092:8001; do
+      IFS=: read -r variant service vllm <<< "$v"
+      one "$variant" "$service" "$vllm" burst-1 "${burst[@]}" --classes 1
+      one "$variant" "$service" "$vllm" burst-4 "${burst[@]}" --classes 4
+      one "$variant" "$service" "$vllm" lesson "${lesson[@]}"
+    done
+  done
+  # The service's own time during bursts: every worker sampled (CPU only, not idle waits), without pausing them.
+  # shellcheck disable=SC2046  # service_env's words are the variables to set
+  env $(service_env 8093 8000 4) "$tok" setsid /tmp/py-spy record --subprocesses --nonblocking -r 250 -f raw \
+    -o "$R/pyspy-service-bursts.txt" -- python3 -c "from service.cli import app; app()" serve > "$GPU_LOGS/service-8093.log" 2>&1 < /dev/null &
+  spy=$!
+  for _ in $(seq 1 600); do
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8093/readyz', timeout=2)" 2>/dev/null && break
+    sleep 0.1
+  done
+  for round in 0 1 2; do one original 8093 8000 profiled-burst-1 "${burst[@]}" --classes 1; done
+  round=0 one original 8093 8000 profiled-burst-4 "${burst[@]}" --classes 4
+  kill -INT "$spy"; wait "$spy" || true
+  tail -3 "$GPU_LOGS/service-8093.log"
+  cp "$GPU_LOGS"/service-*.log "$R/" 2>/dev/null || true
+  for t in bf16 fp8; do gzip -c "$GPU_LOGS/server-$t.log" > "$R/server-$t.log.gz" 2>/dev/null || true; done
+  grep -h -E "Traceback|Error" "$GPU_LOGS"/service-*.log | sort | uniq -c | head -20 || true
+  tar czf "${OUT:-/tmp/out}/decision.tgz" -C "${R%/*}" "${R##*/}" && rm -rf "$R"
+  echo "decision-runs took $(( $(date +%s) - began )) s"
+  ;;
 service-prepare)
   python3 -c "from pathlib import Path; from service.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
   # Both at once (each loads its own copy; ~2 min instead of ~4).
