@@ -46,7 +46,11 @@
 #                                               burst, a lesson (4 classes, bursts then a trickle); then a third
 #                                               service started under py-spy (all its workers, 250 Hz) for
 #                                               bursts of one class and of four; one tarball in $OUT (~6 min)
-#   classroom loadtest compare .../h200-2026-12-03-decision/{original,fp8}-*-r2.json --gpu-price 3.50 ...
+#   bash loadtest/gpu/h200.sh decision-seed     right after: a one-API-server vLLM (the seed's way, 0.2 of the
+#                                               GPU) on 8003, then rounds alternating it, unprimed, with the
+#                                               original's service (8091): a class's burst and 4 classes'; one
+#                                               tarball in $OUT (~7 min; python -m loadtest.service_path reads it)
+#   classroom loadtest compare .../h200-2026-12-03-decision/{original,fp8}-*-r2.json.gz --gpu-price 3.50 ...
 set -euo pipefail
 # shellcheck source=/dev/null
 source /tmp/gpu/env.sh
@@ -84,7 +88,7 @@ start_redis() {
     --logfile "$GPU_LOGS/redis.log"
 }
 
-case ${1:?prepare, agreement, rollout, decision-prepare, decision-runs, service-prepare, service-runs, service-levers or service-agreement} in
+case ${1:?prepare, agreement, rollout, decision-prepare, decision-runs, decision-seed, service-prepare, service-runs, service-levers or service-agreement} in
 decision-prepare)
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .devkit/extra/*.whl
   install -m 755 .devkit/extra/py-spy /tmp/py-spy
@@ -146,6 +150,29 @@ decision-runs)
   grep -h -E "Traceback|Error" "$GPU_LOGS"/service-*.log | sort | uniq -c | head -20 || true
   tar czf "${OUT:-/tmp/out}/decision.tgz" -C "${R%/*}" "${R##*/}" && rm -rf "$R"
   echo "decision-runs took $(( $(date +%s) - began )) s"
+  ;;
+decision-seed)
+  R=${OUT:-/tmp/out}/h200-2026-12-03-decision-seed; mkdir -p "$R"; began=$(date +%s)
+  bash /tmp/gpu/serve.sh a1 8003 $M/original --enable-prefix-caching --gpu-memory-utilization 0.2 | grep -E "READY|KV cache"
+  burst=(--workload classroom --pupils 30 --passage-tokens 1000 --trickle 0 --profile throughput --output-tokens 128
+    --ttft-target-ms 250 --warmup 2 --settle-s 1.5 --requests 120)
+  for round in $(seq 0 "${ROUNDS:-7}"); do
+    [ $(( $(date +%s) - began )) -gt "${BUDGET_S:-400}" ] && { echo "time budget reached before round $round"; break; }
+    for c in 1 4; do
+      out=$R/seed-1api-$c-r$round
+      python3 -m loadtest run --target vllm --url http://127.0.0.1:8003/v1 "${burst[@]}" --classes "$c" \
+        --variant seed-1api --no-prime --out "$out.json" > "$out.md" 2>&1 || echo "$out FAILED"
+      echo "${out##*/}: $(grep -E "^\\| TTFT \\|" "$out.md" | head -1)"
+      out=$R/service-4api-tok-$c-r$round
+      # shellcheck disable=SC2046  # service_env's words are the variables to set
+      env $(service_env 8091 8000 2) python3 -m loadtest run --target service --url http://127.0.0.1:8091 \
+        --metrics-url http://127.0.0.1:8000/v1 "${burst[@]}" --classes "$c" --variant service-4api-tok \
+        --out "$out.json" > "$out.md" 2>&1 || echo "$out FAILED"
+      echo "${out##*/}: $(grep -E "^\\| TTFT \\|" "$out.md" | head -1)"
+    done
+  done
+  gzip -c "$GPU_LOGS/server-a1.log" > "$R/server-a1.log.gz"
+  tar czf "${OUT:-/tmp/out}/seed.tgz" -C "${R%/*}" "${R##*/}" && rm -rf "$R"
   ;;
 service-prepare)
   python3 -c "from pathlib import Path; from service.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
