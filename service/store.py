@@ -11,6 +11,7 @@ Keys:
     cls:{id}:passages                     list of passage ids, oldest first
     cls:{id}:active_passage               passage id that pupils ask about
     cls:{id}:version                      bumped by every write to the class, its passages or its active one
+    classes:changed                       pub/sub channel: the id of a class whose version was just bumped
     passage:{id}                          Passage
     q:{id}                                QuestionRecord
     cls:{id}:questions                    sorted set of question ids, by time asked (also below)
@@ -43,6 +44,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.client import Pipeline
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -114,6 +116,10 @@ class Keys:
     @staticmethod
     def class_version(classroom_id: str) -> str:
         return f"cls:{classroom_id}:version"
+
+    @staticmethod
+    def classes_changed() -> str:
+        return "classes:changed"
 
     @staticmethod
     def passage(passage_id: str) -> str:
@@ -412,6 +418,13 @@ class TurnLine:
 NO_TURN_KEYS = ["turns:none:running", "turns:none:classes"]
 
 
+def _class_changed(tx: Pipeline, classroom_id: str) -> None:
+    """Every write to a class goes with this, in its transaction: the version that admissions check moves on,
+    and every service process hears which class changed (its open pupils' pages are told)."""
+    tx.incr(Keys.class_version(classroom_id))
+    tx.publish(Keys.classes_changed(), classroom_id)
+
+
 def _digest(token: str) -> str:
     # Session keys hold a hash of the token, so a copy of Redis hands no one a working session.
     return hashlib.sha256(token.encode()).hexdigest()
@@ -542,7 +555,7 @@ class Store:
     async def save_classroom(self, classroom: Classroom) -> None:
         async with self.redis.pipeline(transaction=True) as tx:
             tx.set(Keys.classroom(classroom.id), classroom.model_dump_json())
-            tx.incr(Keys.class_version(classroom.id))
+            _class_changed(tx, classroom.id)
             await tx.execute()
 
     async def class_state(self, classroom_id: str) -> ClassState:
@@ -593,7 +606,7 @@ class Store:
             tx.set(Keys.passage(passage.id), passage.model_dump_json())
             tx.rpush(Keys.passages(passage.classroom_id), passage.id)
             tx.set(Keys.active_passage(passage.classroom_id), passage.id)
-            tx.incr(Keys.class_version(passage.classroom_id))
+            _class_changed(tx, passage.classroom_id)
             await tx.execute()
 
     async def get_passage(self, passage_id: str) -> Passage | None:
@@ -603,7 +616,7 @@ class Store:
     async def set_active_passage(self, classroom_id: str, passage_id: str) -> None:
         async with self.redis.pipeline(transaction=True) as tx:
             tx.set(Keys.active_passage(classroom_id), passage_id)
-            tx.incr(Keys.class_version(classroom_id))
+            _class_changed(tx, classroom_id)
             await tx.execute()
 
     async def active_passage_id(self, classroom_id: str) -> str | None:

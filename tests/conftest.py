@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from playwright.sync_api import Browser, sync_playwright
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
@@ -98,6 +99,18 @@ class Vllm:
         """The prefix-cache block size this server runs with (128 on vLLM-CPU, 16 on a GPU)."""
         (labels, _), *_ = self.metrics()["vllm:cache_config_info"]
         return int(labels["block_size"])
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Debian's headless Chromium under Playwright (tests.browser has what its tests share)."""
+    from tests.browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS
+
+    report("screenshots of the pages", str(SCREENSHOTS))
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
 
 
 @pytest.fixture(scope="session")

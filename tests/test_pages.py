@@ -1,43 +1,19 @@
 """The pages in a real headless Chromium (Debian's), driven by Playwright: a teacher and two pupils.
 
-Screenshots of every page are saved under SCREENSHOTS, printed at the end of the run.
+Screenshots of every page are saved under tests.browser.SCREENSHOTS, printed at the end of the run.
 """
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from service.settings import Settings
-from tests.conftest import ROOT, report
+from tests.browser import CSP_BLOCKED, NASTY, assert_accessible, new_page, shot
 from tests.documents import docx_bytes
 from tests.helpers import PASSWORD, new_teacher_account
 
-SCREENSHOTS = ROOT / ".test-artifacts" / "screenshots"
-CHROMIUM = "/usr/bin/chromium"
-# As the machine's own probe starts it: no sandbox as root, and no calls home on a closed network.
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-NASTY = "<script>window.pwned = true</script><b>bold?</b>"
-TIMEOUT_MS = 60_000
-# Assertions wait as long as actions do: an answer on 2 shared cores can take longer than playwright's 5 s.
-expect.set_options(timeout=TIMEOUT_MS)
-
-CSP_BLOCKED: list[str] = []  # the browser's reports of what the pages' Content-Security-Policy refused
-
-
-def watched(page: Page) -> Page:
-    page.on("console", lambda m: CSP_BLOCKED.append(m.text) if "Content Security Policy" in m.text else None)
-    return page
-
+pytestmark = pytest.mark.browser
 
 # Records every length the answer box passes through, to tell streaming from one late burst.
 WATCH_ANSWER = """() => {
@@ -46,20 +22,6 @@ WATCH_ANSWER = """() => {
   new MutationObserver(() => window.answerLengths.push(box.textContent.length))
     .observe(box, { childList: true, characterData: true, subtree: true });
 }"""
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    report("screenshots of the pages", str(SCREENSHOTS))
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-def shot(page: Page, name: str) -> None:
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
 
 def test_a_teacher_and_two_pupils_in_the_browser(
@@ -78,8 +40,7 @@ def test_a_teacher_and_two_pupils_in_the_browser(
     )
 
     # The teacher signs in, creates a class and uploads a .docx passage.
-    teacher = watched(browser.new_context(viewport={"width": 1100, "height": 900}).new_page())
-    teacher.set_default_timeout(TIMEOUT_MS)
+    teacher = new_page(browser)
     teacher.goto(f"{service}/teacher")
     expect(teacher).to_have_url(f"{service}/teacher/login")
     shot(teacher, "teacher-sign-in")
@@ -104,11 +65,11 @@ def test_a_teacher_and_two_pupils_in_the_browser(
     # Two pupils join on two pages; one uses the keyboard alone.
     pupils = []
     for _ in ("Ada", "Ben"):
-        page = watched(browser.new_context(viewport={"width": 400, "height": 800}, is_mobile=True).new_page())
-        page.set_default_timeout(TIMEOUT_MS)
+        page = new_page(browser, phone=True)
         page.goto(f"{service}/")
         pupils.append(page)
     ada, ben = pupils
+    assert_accessible(ada)
     shot(ada, "pupil-join")
     ada.get_by_label("Class code").fill("WRNG-CODE")
     ada.get_by_label("Your first name").fill("Ada")
@@ -139,6 +100,7 @@ def test_a_teacher_and_two_pupils_in_the_browser(
         lengths = page.evaluate("window.answerLengths")
         assert len({n for n in lengths if n > 0}) > 2, f"{name}'s answer did not stream: {lengths}"
         expect(page.locator("#answer")).not_to_be_empty()
+        assert_accessible(page)
         shot(page, f"pupil-{name.lower()}-answered")
 
     # The teacher's page showed both, live, without a reload.
@@ -147,6 +109,7 @@ def test_a_teacher_and_two_pupils_in_the_browser(
     for name, question in questions.items():
         expect(items.filter(has_text=f"{name}: {question}")).to_contain_text("answered")
     expect(teacher.locator("#stats")).to_contain_text("2 questions, 2 answered")
+    assert_accessible(teacher)
     shot(teacher, "teacher-class-live-questions")
 
     # What anyone typed stayed text on every page.
@@ -167,8 +130,7 @@ def test_pages_without_a_session_send_the_browser_to_sign_in_or_join(browser: Br
 
 
 def test_the_operator_console(browser: Browser, settings: Settings, service: str) -> None:
-    page = watched(browser.new_context(viewport={"width": 1100, "height": 900}).new_page())
-    page.set_default_timeout(TIMEOUT_MS)
+    page = new_page(browser)
     page.goto(f"{service}/operator")
     page.get_by_label("Operator token").fill("not the token")
     page.get_by_role("button", name="Open").click()
