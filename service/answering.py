@@ -37,6 +37,7 @@ from service.errors import (
     ClassClosed,
     LineFull,
     NoActivePassage,
+    PassageGone,
     SessionExpired,
     TooManyQuestions,
     WrongClassroom,
@@ -280,13 +281,17 @@ class Answering:
         self._rate = rate
         self._longest_answer_s = longest_answer_s
 
-    async def ask(self, session_token: str | None, classroom_id: str, question: str) -> AnswerStream:
+    async def ask(
+        self, session_token: str | None, classroom_id: str, question: str, passage_id: str | None = None
+    ) -> AnswerStream:
+        """Admit, store and start a question about `passage_id` (the passage the pupil was reading; None: the
+        active one)."""
         started = time.perf_counter()
         pupil = await self._accounts.asking_pupil(session_token)
         if pupil.classroom_id != classroom_id:
             raise WrongClassroom()
         for attempt in range(ADMISSION_ATTEMPTS):
-            version, passage, system_message = await self._open_class(classroom_id, stale=attempt > 0)
+            version, passage, system_message = await self._open_class(classroom_id, passage_id, stale=attempt > 0)
             if attempt == 0:
                 self._prompts.check_question(question)
             variant, replicas = self._fleet.plan(pupil.pupil_id, passage.id)
@@ -341,18 +346,26 @@ class Answering:
             raise
         return AnswerStream(record, upstream, self._store, self._metrics, started, line)
 
-    async def _open_class(self, classroom_id: str, *, stale: bool) -> tuple[int, Passage, str]:
-        """The class a question is asked in, open and with a passage: its version, the passage and its system
-        message. What this process holds is enough to admit a question (the admission checks the version)
-        but not to refuse one: it is read again first."""
+    async def _open_class(self, classroom_id: str, passage_id: str | None, *, stale: bool) -> tuple[int, Passage, str]:
+        """The class a question is asked in, open and with a passage: its version, the passage asked about (the
+        pupil's, else the active one) and its system message. What this process holds is enough to admit a
+        question (the admission checks the version) but not to refuse one: it is read again first."""
         cached = await (self._classes.reload(classroom_id) if stale else self._classes.get(classroom_id))
-        if not stale and (not cached.classroom.is_open or cached.system_message is None):
+        if not stale and (
+            not cached.classroom.is_open
+            or cached.system_message is None
+            or (passage_id is not None and passage_id not in cached.passage_ids)
+        ):
             cached = await self._classes.reload(classroom_id)
         if not cached.classroom.is_open:
             raise ClassClosed()
         if cached.passage is None or cached.system_message is None:
             raise NoActivePassage()
-        return cached.version, cached.passage, cached.system_message
+        found = await self._classes.passage(cached, passage_id or cached.passage.id)
+        if found is None:
+            raise PassageGone()
+        passage, system_message = found
+        return cached.version, passage, system_message
 
     async def _start(
         self, record: QuestionRecord, *, body: bytes, replicas: list[str], line: TurnLine | None

@@ -31,6 +31,17 @@ class NoActivePassage(ServiceError):
         super().__init__("This classroom has no passage yet. The teacher needs to add one before pupils can ask.")
 
 
+class PassageGone(ServiceError):
+    status_code = 409
+    code = "passage_gone"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Your teacher has taken away the passage you were reading, so your question was not asked. "
+            "Read the passage on your page now and ask again."
+        )
+
+
 class PassageTooLong(ServiceError):
     status_code = 422
     code = "passage_too_long"

@@ -16,6 +16,7 @@ from service.classes import ClassCache
 from service.fleet import Fleet
 from service.metrics import Metrics, ReplicaHealthCollector
 from service.model.prepare import ModelManifest, read_manifest
+from service.notices import ClassNotices
 from service.passages import Passages
 from service.prompting import Prompts
 from service.scrape import Scrape
@@ -39,6 +40,7 @@ class Services:
     metrics: Metrics
     scrape: Scrape
     answering: Answering
+    notices: ClassNotices
     model: ModelManifest | None
 
 
@@ -82,10 +84,12 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     upstream = Upstream(settings.backend)
     turns = Turns(store, settings.turns, longest_answer_s=settings.answer.longest_s)
     abandoned = AbandonedAnswers(store, settings.answer.longest_s)
+    classes = ClassCache(store, prompts)
+    notices = ClassNotices(store, classes)
     answering = Answering(
         store,
         prompts,
-        ClassCache(store, prompts),
+        classes,
         accounts,
         fleet,
         upstream,
@@ -103,6 +107,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         await scrape.start()
         await turns.start()
         await abandoned.start()
+        await notices.start()
         yield Services(
             settings=settings,
             redis=redis,
@@ -115,9 +120,11 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             metrics=metrics,
             scrape=scrape,
             answering=answering,
+            notices=notices,
             model=read_manifest(settings.model.dir),
         )
     finally:
+        await notices.close()
         await abandoned.close()
         await turns.close()
         await scrape.close()

@@ -206,14 +206,15 @@ class Keys:
         return "turns:granted"
 
 
-# A class's state in one atomic read: its version, the classroom and its active passage.
-# KEYS: version, classroom, active passage id. ARGV: the passage key's prefix (the passage's key is known
-# only inside the script; a single Redis, not a cluster, allows that).
+# A class's state in one atomic read: its version, the classroom, its active passage and the ids of its
+# passages (a pupil may ask about one they were reading when the teacher published another).
+# KEYS: version, classroom, active passage id, passages. ARGV: the passage key's prefix (the passage's key is
+# known only inside the script; a single Redis, not a cluster, allows that).
 CLASS_STATE = """
 local passage_id = redis.call('GET', KEYS[3])
 local passage = false
 if passage_id then passage = redis.call('GET', ARGV[1] .. passage_id) end
-return {redis.call('GET', KEYS[1]) or '0', redis.call('GET', KEYS[2]), passage}
+return {redis.call('GET', KEYS[1]) or '0', redis.call('GET', KEYS[2]), passage, redis.call('LRANGE', KEYS[4], 0, -1)}
 """
 
 # Fair turns on one replica (service.settings.TurnSettings): `running` holds the questions under way with the
@@ -386,6 +387,7 @@ class ClassState:
     version: int
     classroom: Classroom
     passage: Passage | None
+    passage_ids: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -559,15 +561,29 @@ class Store:
             await tx.execute()
 
     async def class_state(self, classroom_id: str) -> ClassState:
-        keys = [Keys.class_version(classroom_id), Keys.classroom(classroom_id), Keys.active_passage(classroom_id)]
-        version, classroom, passage = await self._class_state(keys=keys, args=[Keys.passage("")])
+        keys = [
+            Keys.class_version(classroom_id),
+            Keys.classroom(classroom_id),
+            Keys.active_passage(classroom_id),
+            Keys.passages(classroom_id),
+        ]
+        version, classroom, passage, passage_ids = await self._class_state(keys=keys, args=[Keys.passage("")])
         if classroom is None:
             raise ClassroomNotFound(classroom_id)
         return ClassState(
             version=int(version),
             classroom=Classroom.model_validate_json(classroom),
             passage=None if passage is None else Passage.model_validate_json(passage),
+            passage_ids=frozenset(_texts(passage_ids)),
         )
+
+    async def class_changes(self) -> AsyncIterator[str]:
+        """Ids of classes as they change (`_class_changed`), for every class, until the consumer stops."""
+        async with self.redis.pubsub() as pubsub:
+            await pubsub.subscribe(Keys.classes_changed())
+            async for message in pubsub.listen():
+                if message["type"] == "message":
+                    yield _text(message["data"])
 
     async def failed_attempts(self, kind: str, client: str) -> tuple[int, int]:
         """How many `kind` attempts (join, sign_in) of a client failed in its current window, and the

@@ -6,16 +6,18 @@ from contextlib import aclosing
 import orjson
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from service.answering import AnswerStream, Failed, Finished, InLine, Token
 from service.api.bodies import ApiRoute
-from service.api.event_stream import EventStream
+from service.api.event_stream import STREAM_HEADERS, EventStream
 from service.api.schemas import (
     JSON_BODY,
     STORE,
     WRITE,
     Answer,
     AskQuestion,
+    ClassNotice,
     Join,
     Joined,
     PassageView,
@@ -67,8 +69,36 @@ async def my_class(pupil: CurrentPupil, store: StoreDep) -> PupilView:
         classroom_id=classroom.id,
         classroom_name=classroom.name,
         is_open=classroom.is_open,
-        passage=PassageView(id=passage.id, title=passage.title, text=passage.text) if passage else None,
+        passage=PassageView.of(passage) if passage else None,
     )
+
+
+@router.get(
+    "/api/pupil/events",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": "`event: class`, what the page shows of the class (ClassNotice), on connecting and on "
+            "every change: a passage published, the class closed or reopened",
+        },
+        **errors(401),
+    },
+)
+async def class_notices(pupil: CurrentPupil, services: ServicesDep) -> EventSourceResponse:
+    """Server-Sent Events for an open pupil page: the passage to read and whether the class is open, now and
+    whenever the teacher changes them, so that no pupil is answered about a passage they cannot see."""
+
+    async def events() -> AsyncGenerator[ServerSentEvent]:
+        shown: ClassNotice | None = None
+        async with aclosing(services.notices.watch(pupil.classroom_id)) as changes:
+            async for cached in changes:
+                notice = ClassNotice.of(*((cached.classroom, cached.passage) if cached else (None, None)))
+                if notice != shown:
+                    shown = notice
+                    yield ServerSentEvent(event="class", data=notice.model_dump_json())
+
+    return EventSourceResponse(events(), ping=services.settings.answer.keepalive_s, headers=STREAM_HEADERS)
 
 
 @router.get("/api/pupil/questions", responses=errors(401))
@@ -116,7 +146,7 @@ async def ask(
 ) -> object:
     """Answers as Server-Sent Events; with `Accept: application/json`, as one JSON body. (The pupil's session
     is checked where the question is admitted: `Answering.ask`.)"""
-    stream = await answering.ask(request.cookies.get(PUPIL_COOKIE), classroom_id, body.question)
+    stream = await answering.ask(request.cookies.get(PUPIL_COOKIE), classroom_id, body.question, body.passage_id)
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:
         return JSONResponse(Answer.of(await stream.collect()).model_dump(mode="json"))

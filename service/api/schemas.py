@@ -217,6 +217,10 @@ class PassageView(BaseModel):
     title: str
     text: str
 
+    @classmethod
+    def of(cls, passage: Passage) -> "PassageView":
+        return cls(id=passage.id, title=passage.title, text=passage.text)
+
 
 class PupilView(BaseModel):
     name: str
@@ -224,6 +228,19 @@ class PupilView(BaseModel):
     classroom_name: str
     is_open: bool
     passage: PassageView | None
+
+
+class ClassNotice(BaseModel):
+    """What a pupil's page shows of the class: sent when the page connects and whenever it changes."""
+
+    is_open: bool
+    passage: PassageView | None = Field(description="the passage pupils read now; null: none yet")
+
+    @classmethod
+    def of(cls, classroom: Classroom | None, passage: Passage | None) -> "ClassNotice":
+        if classroom is None:  # the class was removed: nothing to read or ask any more
+            return cls(is_open=False, passage=None)
+        return cls(is_open=classroom.is_open, passage=PassageView.of(passage) if passage else None)
 
 
 class PupilQuestion(RecordView):
@@ -247,6 +264,13 @@ class PupilQuestionList(BaseModel):
 class AskQuestion(BaseModel):
     # Checked by the domain (empty, too many letters or tokens) with sentences a child understands.
     question: Text
+    passage_id: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The passage the pupil is reading (from `GET /api/pupil/me` or the class's events); "
+        "the question is answered about it while it is one of the class's passages, else refused (409). "
+        "Without it, the passage pupils see now.",
+    )
 
 
 class Answer(BaseModel):
