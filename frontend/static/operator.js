@@ -63,7 +63,8 @@ function latest(points, value) {
 }
 
 // One chart: a line per variant, per minute, and under it a legend that says each line's figures in words.
-function plot(id, series, value, describe) {
+// `sparse`: minutes without questions have no figure, so each minute that has one is drawn as a dot too.
+function plot(id, series, value, describe, { sparse = false, most = null } = {}) {
   const variants = Object.keys(series);
   $(`${id}-legend`).replaceChildren(
     ...variants.map((v, i) => el("li", {}, el("span", { className: `swatch swatch-${i % COLOURS.length}` }),
@@ -75,7 +76,12 @@ function plot(id, series, value, describe) {
   const data = [times, ...variants.map((v) => series[v].map((p) => value(p)))];
   const opts = {
     width: Math.max(200, $(`${id}-plot`).clientWidth), height: 200, legend: { show: false },
-    series: [{}, ...variants.map((v, i) => ({ label: v, stroke: COLOURS[i % COLOURS.length], spanGaps: false }))],
+    // From 0, to at least 1 (a quiet hour is a flat line at the bottom), or to `most` (a percentage).
+    scales: { y: { range: (u, min, max) => [0, most === null ? Math.max(1, max) : most] } },
+    series: [{}, ...variants.map((v, i) => ({
+      label: v, stroke: COLOURS[i % COLOURS.length], spanGaps: false,
+      points: sparse ? { show: true, size: 7, fill: COLOURS[i % COLOURS.length] } : { show: false },
+    }))],
   };
   plots[id] = new uPlot(opts, data, $(`${id}-plot`));
 }
@@ -85,9 +91,11 @@ function charts(s) {
   plot("questions", s.series, (p) => p.questions, count("questions"));
   plot("errors", s.series, (p) => p.errors, count("errors"));
   plot("ttft", s.series, (p) => p.ttft_p95_ms,
-    (v, points) => `p95 ${ms(latest(points, (p) => p.ttft_p95_ms))} in the latest minute with questions, ${ms(s.by_variant[v].ttft_p95_ms)} over the hour`);
+    (v, points) => `p95 ${ms(latest(points, (p) => p.ttft_p95_ms))} in the latest minute with questions, ${ms(s.by_variant[v].ttft_p95_ms)} over the hour`,
+    { sparse: true });
   plot("cache", s.series, (p) => (p.cache_hit_ratio === null ? null : 100 * p.cache_hit_ratio),
-    (v, points) => `${ratio(latest(points, (p) => p.cache_hit_ratio))} in the latest minute with questions, ${ratio(s.by_variant[v].cache_hit_ratio)} over the hour`);
+    (v, points) => `${ratio(latest(points, (p) => p.cache_hit_ratio))} in the latest minute with questions, ${ratio(s.by_variant[v].cache_hit_ratio)} over the hour`,
+    { sparse: true, most: 100 });
   $("no-figures").hidden = Object.keys(s.series).length > 0;
 }
 
@@ -104,7 +112,8 @@ async function refresh() {
   $("model").textContent = `Model: ${(await status.json()).model}`;
   const s = await stats.json();
   const o = s.overall;
-  $("overall").textContent = `${o.questions} questions (${o.answered} answered, ${o.errors} errors); time to first token p50 ${ms(o.ttft_p50_ms)}, p95 ${ms(o.ttft_p95_ms)}; cache hit ratio ${ratio(o.cache_hit_ratio)}.`;
+  const questions = `${o.questions} question${o.questions === 1 ? "" : "s"}`;
+  $("overall").textContent = `${questions} (${o.answered} answered, ${o.errors} errors); time to first token p50 ${ms(o.ttft_p50_ms)}, p95 ${ms(o.ttft_p95_ms)}; cache hit ratio ${ratio(o.cache_hit_ratio)}.`;
   figuresRows($("by-variant"), s.by_variant);
   figuresRows($("by-replica"), s.by_replica);
   figuresRows($("by-classroom"), s.by_classroom, (id) => classroomCells(s, id));
