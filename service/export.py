@@ -1,17 +1,45 @@
-"""A classroom's questions as CSV, for teachers' spreadsheets."""
+"""A classroom's questions as CSV, for teachers' spreadsheets.
+
+The file opens with a UTF-8 byte-order mark: without it Excel on Windows reads the bytes as the machine's
+code page, and every accented name comes out garbled. Columns are named for a teacher; times are the
+school's (a setting) beside UTC, in a form spreadsheets read as a date and time.
+"""
 
 import csv
 import io
 import unicodedata
 from collections.abc import Iterable
+from datetime import datetime
 from urllib.parse import quote
+from zoneinfo import ZoneInfo
 
-from service.records import Passage, QuestionRecord
+from service.records import Passage, QuestionRecord, QuestionStatus
 
-COLUMNS = [
-    "asked_at", "pupil", "passage", "question", "answer", "status",
-    "prompt_tokens", "cached_tokens", "completion_tokens", "ttft_ms", "total_ms",
-]  # fmt: skip
+BOM = "\ufeff"
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+STATUS_WORDS = {
+    QuestionStatus.ANSWERING: "still answering",
+    QuestionStatus.ANSWERED: "answered",
+    QuestionStatus.INCOMPLETE: "cut short",
+    QuestionStatus.FAILED: "not answered",
+    QuestionStatus.REFUSED: "not taken (too busy)",
+}
+
+
+def columns(zone: ZoneInfo) -> list[str]:
+    return [
+        f"Asked ({zone.key})", "Asked (UTC)", "Pupil", "Passage", "Question", "Answer", "Status",
+        "Seconds to first words", "Seconds to whole answer", "Reused from earlier questions (%)",
+        "Prompt (tokens)", "Reused (tokens)", "Answer (tokens)",
+    ]  # fmt: skip
+
+
+def _seconds(ms: float | None) -> str | None:
+    return None if ms is None else f"{ms / 1000:.1f}"
+
+
+def _time(moment: datetime, zone: ZoneInfo) -> str:
+    return moment.astimezone(zone).strftime(TIME_FORMAT)
 
 
 def _cell(value: object) -> str:
@@ -20,27 +48,32 @@ def _cell(value: object) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
-def questions_csv(questions: Iterable[QuestionRecord], passages: dict[str, Passage]) -> str:
+def questions_csv(questions: Iterable[QuestionRecord], passages: dict[str, Passage], zone: ZoneInfo) -> str:
+    """The text of the file, byte-order mark first: encode it as UTF-8."""
     out = io.StringIO()
+    out.write(BOM)
     writer = csv.writer(out)
-    writer.writerow(COLUMNS)
+    writer.writerow(columns(zone))
+    utc = ZoneInfo("UTC")
     for q in questions:
         passage = passages.get(q.passage_id)
         usage = q.usage
         writer.writerow(
             _cell(v)
             for v in (
-                q.asked_at.isoformat(timespec="seconds"),
+                _time(q.asked_at, zone),
+                _time(q.asked_at, utc),
                 q.pupil,
                 passage.title if passage else q.passage_id,
                 q.question,
                 q.answer,
-                q.status.value,
+                STATUS_WORDS.get(q.status, q.status.value),
+                _seconds(q.ttft_ms),
+                _seconds(q.total_ms),
+                round(100 * usage.cached_tokens / usage.prompt_tokens) if usage and usage.prompt_tokens else None,
                 usage.prompt_tokens if usage else None,
                 usage.cached_tokens if usage else None,
                 usage.completion_tokens if usage else None,
-                round(q.ttft_ms) if q.ttft_ms is not None else None,
-                round(q.total_ms) if q.total_ms is not None else None,
             )
         )
     return out.getvalue()

@@ -138,10 +138,13 @@ class Fleet:
     # Changes by operators
 
     async def update(self, change: Callable[[BackendConfig], BackendConfig]) -> BackendConfig:
-        """Apply an operator's change to the shared configuration, atomically, and follow it at once."""
+        """Apply an operator's change to the shared configuration, atomically, and follow it at once. One that
+        changes nothing (the version stays) is no change: nothing is probed or warmed for it."""
+        before = self.config.version
         self.config = await self._store.update_backend_config(change)
-        await self._sync_replicas()
-        await self._changed()
+        if self.config.version != before:
+            await self._sync_replicas()
+            await self._changed()
         return self.config
 
     # Background work

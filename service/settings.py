@@ -6,8 +6,9 @@ Variables are prefixed `CLASSROOM_` and nested with `__`, e.g. `CLASSROOM_BACKEN
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service import vllm_metrics
@@ -171,6 +172,25 @@ class LimitSettings(BaseModel):
     upload_max_bytes: int = 5 * 1024 * 1024
 
 
+class SchoolSettings(BaseModel):
+    # The school's clock, an IANA time zone name ("Europe/London", "America/Chicago"): the questions' export
+    # gives each time in it, beside UTC. Checked at start-up: a misspelt zone stops the service, not an export.
+    time_zone: str = "Europe/London"
+
+    @field_validator("time_zone")
+    @classmethod
+    def _known_zone(cls, name: str) -> str:
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"'{name}' is not a time zone of the IANA database, such as 'Europe/London'") from exc
+        return name
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.time_zone)  # zoneinfo keeps one instance a name
+
+
 PLACEHOLDER_SECRET = "change-me"
 
 
@@ -210,6 +230,7 @@ class Settings(BaseSettings):
     limits: LimitSettings = Field(default_factory=LimitSettings)
     turns: TurnSettings = Field(default_factory=TurnSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    school: SchoolSettings = Field(default_factory=SchoolSettings)
 
     @model_validator(mode="after")
     def _no_placeholder_secrets_in_production(self) -> "Settings":

@@ -7,14 +7,18 @@ operator's pages, which need per-classroom detail that labels must not carry.
 import statistics
 from collections.abc import Callable, Iterable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from service.answering import PUPIL_LEFT
 from service.records import QuestionRecord, QuestionStatus
+
+UNANSWERED = frozenset({QuestionStatus.FAILED, QuestionStatus.REFUSED, QuestionStatus.INCOMPLETE})
 
 
 class Figures(BaseModel):
     questions: int
     answered: int
+    errors: int = Field(description="questions without a whole answer for a reason on our side (not a pupil leaving)")
     ttft_p50_ms: float | None
     ttft_p95_ms: float | None
     prompt_tokens: int
@@ -34,6 +38,11 @@ def percentile(values: list[float], pct: int) -> float | None:
     return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
 
 
+def is_error(record: QuestionRecord) -> bool:
+    """Failed, refused for a full line, or cut short by the backend; a pupil who left is no error of ours."""
+    return record.status in UNANSWERED and record.error != PUPIL_LEFT
+
+
 def figures(records: Iterable[QuestionRecord]) -> Figures:
     records = list(records)
     ttfts = [r.ttft_ms for r in records if r.ttft_ms is not None]
@@ -42,6 +51,7 @@ def figures(records: Iterable[QuestionRecord]) -> Figures:
     return Figures(
         questions=len(records),
         answered=sum(r.status == QuestionStatus.ANSWERED for r in records),
+        errors=sum(is_error(r) for r in records),
         ttft_p50_ms=percentile(ttfts, 50),
         ttft_p95_ms=percentile(ttfts, 95),
         prompt_tokens=prompt,

@@ -506,6 +506,12 @@ class Store:
         raw = await self.redis.get(Keys.teacher(teacher_id))
         return None if raw is None else Teacher.model_validate_json(raw)
 
+    async def teachers(self, teacher_ids: Iterable[str]) -> dict[str, Teacher]:
+        """The teachers of these ids that exist, in one round trip."""
+        ids = sorted(set(teacher_ids))
+        raws = await self.redis.mget([Keys.teacher(i) for i in ids]) if ids else []
+        return {i: Teacher.model_validate_json(raw) for i, raw in zip(ids, raws, strict=True) if raw is not None}
+
     async def start_teacher_session(self, teacher_id: str, lifetime: timedelta) -> str:
         token = new_token()
         await self.redis.set(Keys.teacher_session(token), teacher_id, ex=lifetime)
@@ -806,6 +812,12 @@ class Store:
         index = Keys.questions(classroom_id) if classroom_id else Keys.recent_questions()
         return await self._questions(_texts(await self.redis.zrangebyscore(index, since, until)))
 
+    async def classrooms(self, classroom_ids: Iterable[str]) -> dict[str, Classroom]:
+        """The classrooms of these ids that exist, in one round trip."""
+        ids = sorted(set(classroom_ids))
+        raws = await self.redis.mget([Keys.classroom(i) for i in ids]) if ids else []
+        return {i: Classroom.model_validate_json(raw) for i, raw in zip(ids, raws, strict=True) if raw is not None}
+
     async def all_classrooms(self) -> list[Classroom]:
         ids = sorted(_texts(await self.redis.smembers(Keys.classrooms())))
         raws = await self.redis.mget([Keys.classroom(i) for i in ids]) if ids else []
@@ -855,7 +867,8 @@ class Store:
         return current if current is not None else declared
 
     async def update_backend_config(self, change: Callable[[BackendConfig], BackendConfig]) -> BackendConfig:
-        """Read, change and write the configuration atomically (another process may change it too)."""
+        """Read, change and write the configuration atomically (another process may change it too). A change
+        that changes nothing writes nothing and keeps the version, so no process re-warms for it."""
         key = Keys.backend_config()
         while True:
             async with self.redis.pipeline(transaction=True) as tx:
@@ -866,6 +879,8 @@ class Store:
                         raise ValueError("no backend configuration is stored yet")
                     current = BackendConfig.model_validate_json(raw)
                     changed = change(current)
+                    if changed.model_dump(exclude={"version"}) == current.model_dump(exclude={"version"}):
+                        return current  # the same configuration (e.g. the active variant chosen again): no new version
                     # Validate the result as a whole (names exist, canary differs), then bump the version.
                     new = BackendConfig.model_validate({**changed.model_dump(), "version": current.version + 1})
                     tx.multi()  # type: ignore[no-untyped-call]

@@ -134,7 +134,7 @@ def test_the_operator_console(browser: Browser, settings: Settings, service: str
     page.goto(f"{service}/operator")
     page.get_by_label("Operator token").fill("not the token")
     page.get_by_role("button", name="Open").click()
-    expect(page.get_by_role("alert").first).to_contain_text("Only an operator can do this")
+    expect(page.get_by_role("alert").first).to_contain_text("That is not the operator token.")
     page.get_by_label("Operator token").fill(settings.auth.operator_token.get_secret_value())
     page.get_by_role("button", name="Open").click()
     expect(page.locator("#replicas")).to_contain_text(settings.backend.base_url)

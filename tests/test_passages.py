@@ -111,7 +111,7 @@ def test_csv_export_has_every_question_and_defuses_formulas(teacher: httpx.Clien
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/csv")
     assert 'filename="Class 5A-questions.csv"' in response.headers["content-disposition"]
-    rows = list(csv.DictReader(io.StringIO(response.text)))
-    assert [r["question"] for r in rows] == ['\'=HYPERLINK("http://evil")', "Why do bees dance?"]
-    assert all(r["pupil"] == "Ada" and r["passage"] == "Bees" and r["status"] == "answered" for r in rows)
-    assert all(int(r["prompt_tokens"]) > 60 and r["answer"] for r in rows)
+    rows = list(csv.DictReader(io.StringIO(response.content.decode("utf-8-sig"))))
+    assert [r["Question"] for r in rows] == ['\'=HYPERLINK("http://evil")', "Why do bees dance?"]
+    assert all(r["Pupil"] == "Ada" and r["Passage"] == "Bees" and r["Status"] == "answered" for r in rows)
+    assert all(int(r["Prompt (tokens)"]) > 60 and r["Answer"] for r in rows)

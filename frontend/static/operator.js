@@ -2,19 +2,29 @@
 "use strict";
 
 const TOKEN_KEY = "classroom-operator-token";
+const WRONG_TOKEN = "That is not the operator token. Check it for typing mistakes and try again.";
+const TOKEN_CHANGED = "The operator token is no longer accepted (it may have been changed). Enter the current one.";
 let plots = {};
+let shownVersion = null; // the configuration's version on the page: a change that keeps it changed nothing
 
-// common.js's api(), with the operator token.
-const call = (method, url, payload) =>
-  api(method, url, payload, { Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY) || ""}` });
+// common.js's api(), with the operator token (the one kept for this tab, or one being tried).
+const call = (method, url, payload, token = sessionStorage.getItem(TOKEN_KEY) || "") =>
+  api(method, url, payload, { Authorization: `Bearer ${token}` });
 
 const ratio = (v) => (v === null || v === undefined ? "–" : `${(100 * v).toFixed(1)} %`);
 
-function figuresRows(body, groups, label = (k) => k) {
+// A classroom's own cells: its name, join code and teacher (names repeat; codes do not).
+function classroomCells(s, id) {
+  const c = s.classrooms[id];
+  return c ? [c.name, c.join_code, c.teacher] : [`${id} (deleted)`, "–", "–"];
+}
+
+function figuresRows(body, groups, cells = (k) => [k]) {
   body.replaceChildren(
     ...Object.entries(groups).map(([key, f]) =>
-      el("tr", {}, el("td", { text: label(key) }), el("td", { text: `${f.questions}` }),
-        el("td", { text: ms(f.ttft_p50_ms) }), el("td", { text: ms(f.ttft_p95_ms) }), el("td", { text: ratio(f.cache_hit_ratio) }))));
+      el("tr", {}, ...cells(key).map((text) => el("td", { text })), el("td", { text: `${f.questions}` }),
+        el("td", { text: `${f.errors}` }), el("td", { text: ms(f.ttft_p50_ms) }), el("td", { text: ms(f.ttft_p95_ms) }),
+        el("td", { text: ratio(f.cache_hit_ratio) }))));
 }
 
 function options(select, names, chosen) {
@@ -28,6 +38,7 @@ function showBackends(b) {
   options($("canary-variant"), names.filter((n) => n !== b.config.active), b.config.canary && b.config.canary.variant);
   const canary = b.config.canary ? `; canary: ${b.config.canary.variant} for ${b.config.canary.percent} % of pupils` : "; no canary";
   $("backend-status").textContent = `Active: ${b.config.active}${canary} (configuration version ${b.config.version}).`;
+  shownVersion = b.config.version;
   $("replicas").replaceChildren(
     ...b.replicas.map((r) => {
       const v = r.vllm;
@@ -39,43 +50,84 @@ function showBackends(b) {
     }));
 }
 
-function plot(id, title, series, value) {
+// Colours of the variants' lines, in order; style.css gives the legends' swatches the same (.swatch-N).
+const COLOURS = ["#1d4f91", "#c2410c", "#2e7d32", "#6b21a8"];
+
+// The last minute that has a figure, newest first.
+function latest(points, value) {
+  for (let i = points.length - 1; i >= 0; i--) {
+    const v = value(points[i]);
+    if (v !== null && v !== undefined) return v;
+  }
+  return null;
+}
+
+// One chart: a line per variant, per minute, and under it a legend that says each line's figures in words.
+// `sparse`: minutes without questions have no figure, so each minute that has one is drawn as a dot too.
+function plot(id, series, value, describe, { sparse = false, most = null } = {}) {
   const variants = Object.keys(series);
+  $(`${id}-legend`).replaceChildren(
+    ...variants.map((v, i) => el("li", {}, el("span", { className: `swatch swatch-${i % COLOURS.length}` }),
+      el("span", { text: `${v}: ${describe(v, series[v])}` }))));
+  if (plots[id]) plots[id].destroy();
+  delete plots[id];
   if (!variants.length) return;
   const times = series[variants[0]].map((p) => p.start);
   const data = [times, ...variants.map((v) => series[v].map((p) => value(p)))];
-  const colours = ["#1d4f91", "#c2410c", "#2e7d32", "#6b21a8"];
   const opts = {
-    title, width: Math.min(800, $("console").clientWidth - 40), height: 220,
-    series: [{}, ...variants.map((v, i) => ({ label: v, stroke: colours[i % colours.length], spanGaps: false }))],
+    width: Math.max(200, $(`${id}-plot`).clientWidth), height: 200, legend: { show: false },
+    // From 0, to at least 1 (a quiet hour is a flat line at the bottom), or to `most` (a percentage).
+    scales: { y: { range: (u, min, max) => [0, most === null ? Math.max(1, max) : most] } },
+    series: [{}, ...variants.map((v, i) => ({
+      label: v, stroke: COLOURS[i % COLOURS.length], spanGaps: false,
+      points: sparse ? { show: true, size: 7, fill: COLOURS[i % COLOURS.length] } : { show: false },
+    }))],
   };
-  if (plots[id]) plots[id].destroy();
-  plots[id] = new uPlot(opts, data, $(id));
+  plots[id] = new uPlot(opts, data, $(`${id}-plot`));
+}
+
+function charts(s) {
+  const count = (key) => (v, points) => `${points.length ? points[points.length - 1][key] : 0} this minute, ${s.by_variant[v][key]} in the hour`;
+  plot("questions", s.series, (p) => p.questions, count("questions"));
+  plot("errors", s.series, (p) => p.errors, count("errors"));
+  plot("ttft", s.series, (p) => p.ttft_p95_ms,
+    (v, points) => `p95 ${ms(latest(points, (p) => p.ttft_p95_ms))} in the latest minute with questions, ${ms(s.by_variant[v].ttft_p95_ms)} over the hour`,
+    { sparse: true });
+  plot("cache", s.series, (p) => (p.cache_hit_ratio === null ? null : 100 * p.cache_hit_ratio),
+    (v, points) => `${ratio(latest(points, (p) => p.cache_hit_ratio))} in the latest minute with questions, ${ratio(s.by_variant[v].cache_hit_ratio)} over the hour`,
+    { sparse: true, most: 100 });
+  $("no-figures").hidden = Object.keys(s.series).length > 0;
 }
 
 async function refresh() {
   const [backends, stats, status] = await Promise.all([
     call("GET", "/api/operator/backends"), call("GET", "/api/operator/stats"), call("GET", "/api/operator/status")]);
-  if (backends.status === 403) return showLogin(await errorMessage(backends));
+  if (backends.status === 403) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    return showLogin(TOKEN_CHANGED);
+  }
   if (!backends.ok || !stats.ok || !status.ok) return ($("backend-error").textContent = await errorMessage(backends.ok ? stats : backends));
   $("backend-error").textContent = "";
   showBackends(await backends.json());
   $("model").textContent = `Model: ${(await status.json()).model}`;
   const s = await stats.json();
   const o = s.overall;
-  $("overall").textContent = `${o.questions} questions (${o.answered} answered); time to first token p50 ${ms(o.ttft_p50_ms)}, p95 ${ms(o.ttft_p95_ms)}; cache hit ratio ${ratio(o.cache_hit_ratio)}.`;
+  const questions = `${o.questions} question${o.questions === 1 ? "" : "s"}`;
+  $("overall").textContent = `${questions} (${o.answered} answered, ${o.errors} errors); time to first token p50 ${ms(o.ttft_p50_ms)}, p95 ${ms(o.ttft_p95_ms)}; cache hit ratio ${ratio(o.cache_hit_ratio)}.`;
   figuresRows($("by-variant"), s.by_variant);
   figuresRows($("by-replica"), s.by_replica);
-  figuresRows($("by-classroom"), s.by_classroom, (id) => s.classroom_names[id] || id);
-  plot("ttft-plot", "Time to first token, p95 per minute (ms)", s.series, (p) => p.ttft_p95_ms);
-  plot("cache-plot", "Cache hit ratio per minute (%)", s.series, (p) => (p.cache_hit_ratio === null ? null : 100 * p.cache_hit_ratio));
+  figuresRows($("by-classroom"), s.by_classroom, (id) => classroomCells(s, id));
+  charts(s);
 }
 
 async function change(method, url, payload) {
+  const before = shownVersion;
   const response = await call(method, url, payload);
   if (!response.ok) return ($("backend-error").textContent = await errorMessage(response));
-  showBackends(await response.json());
+  const backends = await response.json();
+  showBackends(backends);
   $("backend-error").textContent = "";
+  if (backends.config.version === before) $("backend-status").textContent += " Nothing changed: that is how it already was.";
 }
 
 function showLogin(message) {
@@ -83,6 +135,7 @@ function showLogin(message) {
   $("token-form").hidden = false;
   $("forget").hidden = true;
   $("token-error").textContent = message || "";
+  $("token").focus();
 }
 
 function showConsole() {
@@ -92,9 +145,15 @@ function showConsole() {
   refresh();
 }
 
-$("token-form").addEventListener("submit", (event) => {
+// A token is kept only once the service has accepted it.
+$("token-form").addEventListener("submit", async (event) => {
   event.preventDefault();
-  sessionStorage.setItem(TOKEN_KEY, $("token").value);
+  const token = $("token").value;
+  const response = await call("GET", "/api/operator/status", undefined, token);
+  if (response.status === 403) return showLogin(WRONG_TOKEN);
+  if (!response.ok) return showLogin(await errorMessage(response));
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $("token").value = "";
   showConsole();
 });
 $("forget").addEventListener("click", () => { sessionStorage.removeItem(TOKEN_KEY); showLogin(); });

@@ -4,7 +4,8 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi.templating import Jinja2Templates
 
 try:
     from fastapi.routing import iter_route_contexts
@@ -59,7 +60,7 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 # Starlette's and FastAPI's own answers (an unknown route, a method a route does not take, a form that
-# cannot be parsed), in the one error shape.
+# cannot be parsed), in the one error shape; an unknown address a browser opens is a page (not_found.html).
 HTTP_ERRORS = {
     400: ("unreadable_body", "The body of this request could not be read. Send JSON, or a file as a multipart form."),
     404: ("not_found", "There is nothing at this address."),
@@ -78,8 +79,16 @@ def _allowed(request: Request) -> set[str]:
     return methods
 
 
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+def wants_page(request: Request) -> bool:
+    """A browser opening an address (not a script, not the API): it gets a page rather than JSON."""
+    return not request.url.path.startswith("/api/") and "text/html" in request.headers.get("accept", "")
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404 and wants_page(request):
+        templates: Jinja2Templates = request.app.state.templates
+        return templates.TemplateResponse(request, "not_found.html", status_code=404)
     headers = dict(exc.headers or {})
     if isinstance(exc, BodyTooLarge):
         return error_response(413, exc.code, exc.detail)

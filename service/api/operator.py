@@ -50,13 +50,21 @@ class ChooseVariant(BaseModel):
     variant: str
 
 
+class ClassroomLabel(BaseModel):
+    """How an operator tells classes apart: names repeat ("Class 4B"), a join code and a teacher do not."""
+
+    name: str
+    join_code: str
+    teacher: str = Field(description="the teacher's name")
+
+
 class StatsOut(BaseModel):
     window_s: int
     overall: stats.Figures
     by_variant: dict[str, stats.Figures]
     by_replica: dict[str, stats.Figures]
     by_classroom: dict[str, stats.Figures]
-    classroom_names: dict[str, str]
+    classrooms: dict[str, ClassroomLabel] = Field(description="the classrooms of by_classroom that still exist")
     series: dict[str, list[stats.Point]] = Field(description="per variant, per minute")
 
 
@@ -151,18 +159,28 @@ async def delete_variant(name: str, _: OperatorAuth, services: ServicesDep) -> B
 
 @router.get("/stats", responses=errors(422))
 async def operator_stats(_: OperatorAuth, services: ServicesDep, window_s: Window = 3600) -> StatsOut:
-    """Time to first token and cache hit ratio per variant, replica and classroom, and per minute."""
+    """Questions, errors, time to first token and cache hit ratio per variant, replica and classroom (each
+    class with its join code and teacher), and per minute."""
     until = time.time()
     since = until - window_s
-    records = await services.store.questions_between(since, until)
-    names = {c.id: c.name for c in await services.store.all_classrooms()}
+    store = services.store
+    records = await store.questions_between(since, until)
+    classrooms = await store.classrooms({r.classroom_id for r in records})
+    teachers = await store.teachers(c.teacher_id for c in classrooms.values())
     return StatsOut(
         window_s=window_s,
         overall=stats.figures(records),
         by_variant=stats.breakdown(records, lambda r: r.variant or "none"),
         by_replica=stats.breakdown(records, lambda r: r.replica or "none"),
         by_classroom=stats.breakdown(records, lambda r: r.classroom_id),
-        classroom_names={cid: names.get(cid, cid) for cid in {r.classroom_id for r in records}},
+        classrooms={
+            c.id: ClassroomLabel(
+                name=c.name,
+                join_code=c.join_code,
+                teacher=teachers[c.teacher_id].name if c.teacher_id in teachers else "(account removed)",
+            )
+            for c in classrooms.values()
+        },
         series={
             variant: stats.series([r for r in records if (r.variant or "none") == variant], since, until, 60)
             for variant in sorted({r.variant or "none" for r in records})

@@ -2,7 +2,7 @@
 that needs a session it does not have sends the browser to where one is made."""
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from service.deps import PUPIL_COOKIE, TEACHER_COOKIE, AccountsDep, ServicesDep, StoreDep, TemplatesDep
 from service.errors import ServiceError
@@ -72,3 +72,13 @@ async def teacher_class_page(
         return RedirectResponse("/teacher", status_code=303)
     context = {"classroom_id": classroom.id, "classroom_name": classroom.name, "join_code": classroom.join_code}
     return templates.TemplateResponse(request, "teacher_class.html", context)
+
+
+@router.get("/favicon.ico")
+async def favicon(services: ServicesDep) -> FileResponse:
+    """The icon that pages link (static/favicon.svg), where browsers look for one without a link."""
+    return FileResponse(
+        services.settings.frontend_dir / "static" / "favicon.svg",
+        media_type="image/svg+xml",
+        headers={"Cache-Control": "public, max-age=86400"},
+    )

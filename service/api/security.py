@@ -1,5 +1,6 @@
-"""What browsers need told: no other site may write with our cookies, and the pages run only our own
-scripts and cannot be framed. A bare ASGI middleware, so that an answer's stream passes it untouched."""
+"""What browsers need told: no other site may write with our cookies, the pages run only our own scripts
+and cannot be framed, and nothing a signed-in person saw is kept in a cache (after "Sign out", Back must not
+show the class page again). A bare ASGI middleware, so that an answer's stream passes it untouched."""
 
 from urllib.parse import urlsplit
 
@@ -8,7 +9,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 # The pages load only our own scripts, styles and API; nothing may frame them (clickjacking).
-PAGE_HEADERS = [
+PAGE_HEADERS: list[tuple[bytes, bytes]] = [
     (
         b"content-security-policy",
         b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -18,6 +19,10 @@ PAGE_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"same-origin"),
 ]
+# Pages and API answers are people's data: no browser or proxy keeps them (Back re-asks the server, which
+# answers a signed-out browser with the sign-in page). Our own scripts, styles and icon may be cached.
+NO_STORE = (b"cache-control", b"no-store")
+CACHEABLE = ("/static/", "/favicon.ico")
 REFUSED = "This request came from another website and was refused. Open the page on this site and try again."
 CROSS_SITE = orjson.dumps({"error": {"code": "cross_site_request", "message": REFUSED}})
 JSON = [(b"content-type", b"application/json")]
@@ -52,13 +57,24 @@ class SecurityMiddleware:
             await send({"type": "http.response.start", "status": 403, "headers": JSON})
             await send({"type": "http.response.body", "body": CROSS_SITE})
             return
-        if scope["path"].startswith("/api/"):
-            await self.app(scope, receive, send)  # the API, answers' streams included, untouched
-            return
+        path: str = scope["path"]
+        if path.startswith("/api/"):
+            if scope["method"] == "POST" and path.endswith("/questions"):
+                # A pupil's question: its answer streams token by token and sets its own no-store; no
+                # wrapper here, which would cost a call every token.
+                await self.app(scope, receive, send)
+                return
+            extra: list[tuple[bytes, bytes]] = []
+        else:
+            extra = PAGE_HEADERS
+        no_store = not path.startswith(CACHEABLE)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), *PAGE_HEADERS]
+                headers = [*message.get("headers", []), *extra]
+                if no_store and not any(name == b"cache-control" for name, _ in headers):
+                    headers.append(NO_STORE)
+                message["headers"] = headers
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

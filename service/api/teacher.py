@@ -186,14 +186,18 @@ async def classroom_stats(
 @router.get(
     "/api/classrooms/{classroom_id}/questions.csv",
     response_class=CsvResponse,
-    responses={200: {"description": "a header row, then one row a question"}, **errors(*CLASS, json_route=False)},
+    responses={
+        200: {"description": "UTF-8 with a byte-order mark: a header row, then one row a question"},
+        **errors(*CLASS, json_route=False),
+    },
 )
-async def export_questions(classroom: OwnClassroom, store: StoreDep) -> CsvResponse:
-    """Every question of the classroom, newest first, for a spreadsheet."""
+async def export_questions(classroom: OwnClassroom, store: StoreDep, services: ServicesDep) -> CsvResponse:
+    """Every question of the classroom, newest first, for a spreadsheet: UTF-8 with a byte-order mark (for
+    Excel), times in the school's time zone and in UTC."""
     questions = await store.list_questions(classroom.id, limit=1_000_000)
     by_id = {p.id: p for p in await store.list_passages(classroom.id)}
     return CsvResponse(
-        questions_csv(questions, by_id),
+        questions_csv(questions, by_id, services.settings.school.zone),
         headers={"Content-Disposition": attachment(f"{classroom.name or 'class'}-questions.csv")},
     )
 
