@@ -6,7 +6,7 @@ import unicodedata
 from collections.abc import Iterable
 from urllib.parse import quote
 
-from service.records import Passage, QuestionRecord
+from service.records import Passage, QuestionRecord, pupil_label
 
 COLUMNS = [
     "asked_at", "pupil", "passage", "question", "answer", "status",
@@ -31,7 +31,7 @@ def questions_csv(questions: Iterable[QuestionRecord], passages: dict[str, Passa
             _cell(v)
             for v in (
                 q.asked_at.isoformat(timespec="seconds"),
-                q.pupil,
+                pupil_label(q.pupil, q.pupil_number),
                 passage.title if passage else q.passage_id,
                 q.question,
                 q.answer,
