@@ -915,7 +915,7 @@ class Store:
         if passage_id:
             indexes.append(Keys.passage_questions(passage_id))
         names: list[str] = []
-        if pupil_name:
+        if pupil_name and pupil_name.strip():  # spaces alone name no one in particular: no filter
             names = [Keys.questions_by_name(classroom_id, pupil_name)]  # also a name joined before numbering
             names += [
                 Keys.questions_by_name(classroom_id, n, k)

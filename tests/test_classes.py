@@ -128,6 +128,7 @@ def test_pupils_who_typed_the_same_name_are_told_apart(teacher: httpx.Client, jo
     assert asked_by(" da") == ["Ada", "Adam", "ada (2)"]
     assert asked_by("en") == ["Ben"]
     assert asked_by("zz") == []
+    assert asked_by("  ") == ["Ada", "Adam", "Ben", "ada (2)"]  # no filter
     passage_id = questions[0]["passage_id"]
     assert len(stored_questions(teacher, cid, pupil="ad", passage_id=passage_id)) == 3
     assert stored_questions(teacher, cid, pupil="ad", passage_id="another") == []
