@@ -64,7 +64,8 @@ async def one_class(
         (await teacher.post("/api/teacher/session", json={"email": email, "password": PASSWORD})).raise_for_status()
         classroom = (await teacher.post("/api/classrooms", json={"name": "Class 4B"})).json()
         added = await teacher.post(
-            f"/api/classrooms/{classroom['id']}/passages", json={"title": "Bees", "text": passage(rng, 420)}
+            f"/api/classrooms/{classroom['id']}/passages",
+            json={"title": "Bees", "text": passage(rng, 420), "publish": True},
         )
         added.raise_for_status()
         if warmed:  # the class starts once the passage is ready, as it would minutes after the upload

@@ -113,7 +113,7 @@ async def one_run(url: str, args: argparse.Namespace, rng: random.Random) -> dic
             classes[name] = (await teacher.post("/api/classrooms", json={"name": name})).raise_for_status().json()
             added = await teacher.post(
                 f"/api/classrooms/{classes[name]['id']}/passages",
-                json={"title": "Bees", "text": passage(rng, args.passage_words)},
+                json={"title": "Bees", "text": passage(rng, args.passage_words), "publish": True},
             )
             passage_tokens[name] = added.raise_for_status().json()["tokens"]
         for klass in classes.values():  # both passages in the cache before anyone asks: only the waiting differs

@@ -301,7 +301,7 @@ async def make_classes(url: str, email: str, classes: int, pupils: int, maker: T
             classroom = (await teacher.post("/api/classrooms", json={"name": f"Class {c}"})).json()
             title, text = f"Passage {uuid.uuid4().hex[:8]}", maker.text(rng, PASSAGE_TOKENS)
             added = await teacher.post(
-                f"/api/classrooms/{classroom['id']}/passages", json={"title": title, "text": text}
+                f"/api/classrooms/{classroom['id']}/passages", json={"title": title, "text": text, "publish": True}
             )
             added.raise_for_status()
             cookies = []

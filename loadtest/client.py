@@ -205,7 +205,8 @@ class PupilApiTarget:
                 classroom = made.json()
                 self._classroom[cls.group] = classroom["id"]
                 added = await teacher.post(
-                    f"/api/classrooms/{classroom['id']}/passages", json={"title": cls.title, "text": cls.text}
+                    f"/api/classrooms/{classroom['id']}/passages",
+                    json={"title": cls.title, "text": cls.text, "publish": True},
                 )
                 _check(added, "add a passage")
                 for pupil in range(cls.pupils):

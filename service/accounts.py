@@ -7,6 +7,7 @@ from argon2 import PasswordHasher
 from argon2.exceptions import VerificationError
 
 from service.errors import (
+    ClassArchived,
     ClassClosed,
     InvalidInput,
     NotJoined,
@@ -83,10 +84,13 @@ class Accounts:
         if classroom is None:
             await self._store.add_failed_attempt("join", client, self._failure_window_s)
             raise WrongJoinCode(code.strip())
+        if classroom.archived_at is not None:
+            raise ClassArchived()
         if not classroom.is_open:
             raise ClassClosed()
         session = PupilSession(pupil_id=new_id(), classroom_id=classroom.id, name=name)
-        return await self._store.start_pupil_session(session, self._pupil_lifetime), session, classroom
+        token, session = await self._store.join_pupil(session, self._pupil_lifetime)
+        return token, session, classroom
 
     async def pupil(self, token: str | None) -> PupilSession:
         if not token:

@@ -34,6 +34,7 @@ from service.errors import (
     AnswerInProgress,
     BackendFailed,
     BackendUnavailable,
+    ClassArchived,
     ClassClosed,
     LineFull,
     NoActivePassage,
@@ -301,6 +302,7 @@ class Answering:
                 passage_id=passage.id,
                 pupil_id=pupil.pupil_id,
                 pupil=pupil.name,
+                pupil_number=pupil.pupil_number,
                 question=question,
                 variant=variant,
                 replica=replicas[0] if replicas else None,
@@ -351,12 +353,13 @@ class Answering:
         pupil's, else the active one) and its system message. What this process holds is enough to admit a
         question (the admission checks the version) but not to refuse one: it is read again first."""
         cached = await (self._classes.reload(classroom_id) if stale else self._classes.get(classroom_id))
+        closed = not cached.classroom.is_open or cached.classroom.archived_at is not None
         if not stale and (
-            not cached.classroom.is_open
-            or cached.system_message is None
-            or (passage_id is not None and passage_id not in cached.passage_ids)
+            closed or cached.system_message is None or (passage_id is not None and passage_id not in cached.passage_ids)
         ):
             cached = await self._classes.reload(classroom_id)
+        if cached.classroom.archived_at is not None:
+            raise ClassArchived()
         if not cached.classroom.is_open:
             raise ClassClosed()
         if cached.passage is None or cached.system_message is None:

@@ -28,7 +28,7 @@ class NoActivePassage(ServiceError):
     code = "no_passage"
 
     def __init__(self) -> None:
-        super().__init__("This classroom has no passage yet. The teacher needs to add one before pupils can ask.")
+        super().__init__("This classroom has no passage yet. The teacher needs to publish one before pupils can ask.")
 
 
 class PassageGone(ServiceError):
@@ -37,7 +37,7 @@ class PassageGone(ServiceError):
 
     def __init__(self) -> None:
         super().__init__(
-            "Your teacher has taken away the passage you were reading, so your question was not asked. "
+            "Your teacher has changed or taken away the passage you were reading, so your question was not asked. "
             "Read the passage on your page now and ask again."
         )
 
@@ -157,6 +157,17 @@ class ClassClosed(ServiceError):
         super().__init__("This class is closed right now. Your teacher can open it again.")
 
 
+class ClassArchived(ServiceError):
+    status_code = 403
+    code = "class_archived"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This class has been put away by the teacher and takes no pupils or questions. "
+            "Ask your teacher for the code of the class you are in now."
+        )
+
+
 class WrongClassroom(ServiceError):
     status_code = 403
     code = "wrong_classroom"
@@ -227,6 +238,17 @@ class PassageNotFound(ServiceError):
 
     def __init__(self) -> None:
         super().__init__("This class has no such passage.")
+
+
+class PassageInUse(ServiceError):
+    status_code = 409
+    code = "passage_in_use"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Pupils are reading this passage now, so it cannot be deleted. Publish another passage first, "
+            "then delete this one."
+        )
 
 
 class UnreadableFile(ServiceError):

@@ -13,7 +13,7 @@ from datetime import datetime
 from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
-from service.records import Passage, QuestionRecord, QuestionStatus
+from service.records import Passage, QuestionRecord, QuestionStatus, pupil_label
 
 BOM = "\ufeff"
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
@@ -63,7 +63,7 @@ def questions_csv(questions: Iterable[QuestionRecord], passages: dict[str, Passa
             for v in (
                 _time(q.asked_at, zone),
                 _time(q.asked_at, utc),
-                q.pupil,
+                pupil_label(q.pupil, q.pupil_number),
                 passage.title if passage else q.passage_id,
                 q.question,
                 q.answer,

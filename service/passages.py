@@ -1,4 +1,5 @@
-"""Passages of a classroom: added within the token budget, one of them active for the pupils."""
+"""Passages of a classroom: added within the token budget, published (one of them active for the pupils),
+edited as new versions and deleted; the questions asked about one keep it."""
 
 from service.errors import PassageNotFound
 from service.prompting import Prompts
@@ -13,21 +14,51 @@ class Passages:
         self._prompts = prompts
         self._warmup = warmup
 
-    async def add(self, classroom_id: str, title: str, text: str) -> Passage:
-        """Store a passage that fits the budget and make it the one pupils ask about."""
+    async def add(self, classroom_id: str, title: str, text: str, *, publish: bool) -> Passage:
+        """Store a passage that fits the budget; `publish`: make it the one pupils ask about, at once."""
         title, text = title.strip(), text.strip()
         tokens = self._prompts.check_passage(title, text)
         passage = Passage(id=new_id(), classroom_id=classroom_id, title=title, text=text, tokens=tokens)
-        await self._store.add_passage(passage)
+        await self._store.add_passage(passage, publish=publish)
+        if publish:
+            self._activated(passage)
+        return passage
+
+    async def edit(self, classroom_id: str, passage_id: str, title: str, text: str) -> tuple[Passage, bool]:
+        """A new version of a passage of the class's list, in its place (the old one stays stored for its
+        questions); the one pupils see if the old one was. Returns it, and whether pupils see it."""
+        old = await self._get(classroom_id, passage_id)
+        title, text = title.strip(), text.strip()
+        tokens = self._prompts.check_passage(title, text)
+        new = Passage(
+            id=new_id(),
+            classroom_id=classroom_id,
+            title=title,
+            text=text,
+            tokens=tokens,
+            version=old.version + 1,
+            previous_id=old.id,
+        )
+        published = await self._store.replace_passage(old, new)
+        if published:
+            self._activated(new)
+        return new, published
+
+    async def delete(self, classroom_id: str, passage_id: str) -> None:
+        """Out of the class's list (not the one pupils see); stored still for the questions asked about it."""
+        await self._get(classroom_id, passage_id)
+        await self._store.remove_passage(classroom_id, passage_id)
+
+    async def choose_active(self, classroom_id: str, passage_id: str) -> Passage:
+        passage = await self._get(classroom_id, passage_id)
+        await self._store.set_active_passage(classroom_id, passage_id)
         self._activated(passage)
         return passage
 
-    async def choose_active(self, classroom_id: str, passage_id: str) -> Passage:
+    async def _get(self, classroom_id: str, passage_id: str) -> Passage:
         passage = await self._store.get_passage(passage_id)
         if passage is None or passage.classroom_id != classroom_id:
             raise PassageNotFound()
-        await self._store.set_active_passage(classroom_id, passage_id)
-        self._activated(passage)
         return passage
 
     def _activated(self, passage: Passage) -> None:

@@ -25,6 +25,8 @@ class Classroom(BaseModel):
     join_code: str
     is_open: bool = True
     created_at: datetime = Field(default_factory=utcnow)
+    # Archived: put away by the teacher, closed to pupils, listed apart; None while in use.
+    archived_at: datetime | None = None
 
 
 class PupilSession(BaseModel):
@@ -33,7 +35,14 @@ class PupilSession(BaseModel):
     pupil_id: str
     classroom_id: str
     name: str
+    # Tells apart pupils of the class who typed the same name (any case): the first "Ada" is 1, the next 2.
+    pupil_number: int = 1
     created_at: datetime = Field(default_factory=utcnow)
+
+
+def pupil_label(name: str, number: int) -> str:
+    """A pupil as teachers see them: "Ada", and "Ada (2)" for the second who typed that name."""
+    return name if number <= 1 else f"{name} ({number})"
 
 
 class Passage(BaseModel):
@@ -42,6 +51,9 @@ class Passage(BaseModel):
     title: str
     text: str
     tokens: int = Field(description="Tokens of title and text, counted with the served model's tokenizer.")
+    # An edit stores a new passage (a new id, the next version) and keeps this one for its questions.
+    version: int = 1
+    previous_id: str | None = None
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -68,6 +80,7 @@ class QuestionRecord(BaseModel):
     passage_id: str
     pupil_id: str
     pupil: str
+    pupil_number: int = 1
     question: str
     status: QuestionStatus = QuestionStatus.ANSWERING
     # Where it was sent: the variant and the replica's base URL (None if no replica was reachable).

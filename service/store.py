@@ -9,13 +9,18 @@ Keys:
     cls:{id}                              Classroom
     joincode:{code}                       classroom id
     cls:{id}:passages                     list of passage ids, oldest first
+    cls:{id}:passages:former              list of the ids of passages edited or deleted: out of the class's
+                                          list, still stored for the questions asked about them
     cls:{id}:active_passage               passage id that pupils ask about
     cls:{id}:version                      bumped by every write to the class, its passages or its active one
     classes:changed                       pub/sub channel: the id of a class whose version was just bumped
     passage:{id}                          Passage
     q:{id}                                QuestionRecord
     cls:{id}:questions                    sorted set of question ids, by time asked (also below)
-    cls:{id}:questions:pupil:{name}       the same, for one display name (lower case)
+    cls:{id}:questions:pupil:{name}       the same, for one display name (lower case): its first pupil's
+    cls:{id}:questions:pupil#{n}:{name}   the same, for the n-th pupil (n > 1) who joined with that name
+    cls:{id}:pupil_numbers                hash: display name (lower case) -> how many pupils joined with it
+    cls:{id}:pupils                       hash: "{n}:{name in lower case}" -> the name as that pupil typed it
     passage:{id}:questions                the same, for one passage
     pupil:{id}:questions                  the same, for one pupil session: their own history
     pupil:{id}:answering                  the question id whose answer streams (one at a time), expiring
@@ -52,8 +57,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.exceptions import WatchError
 
 from service.backends import BackendConfig
-from service.errors import ClassroomNotFound
-from service.records import Classroom, Passage, PupilSession, QuestionRecord, QuestionStatus, Teacher
+from service.errors import ClassroomNotFound, PassageInUse, PassageNotFound
+from service.records import (
+    Classroom,
+    Passage,
+    PupilSession,
+    QuestionRecord,
+    QuestionStatus,
+    Teacher,
+    pupil_label,
+)
 
 # Easy to read aloud: no 0/O, 1/I/L. 31^8 codes, so guessing one is hopeless.
 JOIN_CODE_ALPHABET = "23456789ABCDEFGHJKMNPQRSTUVWXYZ"
@@ -62,6 +75,10 @@ JOIN_CODE_LENGTH = 8
 RECENT_S = 24 * 3600
 # How long a command waits for a free connection of the pool before it fails.
 POOL_WAIT_S = 10.0
+# A deleted class's version key outlives it this long, so that a process holding the class sees it changed.
+DELETED_VERSION_S = 24 * 3600
+# Records read at once when a class is deleted.
+DELETE_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -110,6 +127,10 @@ class Keys:
         return f"cls:{classroom_id}:passages"
 
     @staticmethod
+    def former_passages(classroom_id: str) -> str:
+        return f"cls:{classroom_id}:passages:former"
+
+    @staticmethod
     def active_passage(classroom_id: str) -> str:
         return f"cls:{classroom_id}:active_passage"
 
@@ -134,8 +155,18 @@ class Keys:
         return f"cls:{classroom_id}:questions"
 
     @staticmethod
-    def questions_by_name(classroom_id: str, pupil_name: str) -> str:
-        return f"cls:{classroom_id}:questions:pupil:{pupil_name.strip().lower()}"
+    def questions_by_name(classroom_id: str, pupil_name: str, number: int = 1) -> str:
+        """The first pupil of a name keeps the key that names had before pupils were numbered."""
+        who = "pupil" if number <= 1 else f"pupil#{number}"
+        return f"cls:{classroom_id}:questions:{who}:{pupil_name.strip().lower()}"
+
+    @staticmethod
+    def pupil_numbers(classroom_id: str) -> str:
+        return f"cls:{classroom_id}:pupil_numbers"
+
+    @staticmethod
+    def pupils(classroom_id: str) -> str:
+        return f"cls:{classroom_id}:pupils"
 
     @staticmethod
     def passage_questions(passage_id: str) -> str:
@@ -531,6 +562,24 @@ class Store:
         await self.redis.set(Keys.pupil_session(token), session.model_dump_json(), ex=lifetime)
         return token
 
+    async def join_pupil(self, session: PupilSession, lifetime: timedelta) -> tuple[str, PupilSession]:
+        """Start a pupil's session with their number among the class's pupils of the same name (any case):
+        HINCRBY hands each number out once, however many join at the same moment."""
+        name = session.name.strip().lower()
+        number = int(await self.redis.hincrby(Keys.pupil_numbers(session.classroom_id), name, 1))
+        session = session.model_copy(update={"pupil_number": number})
+        token = new_token()
+        async with self.redis.pipeline(transaction=True) as tx:
+            tx.set(Keys.pupil_session(token), session.model_dump_json(), ex=lifetime)
+            tx.hset(Keys.pupils(session.classroom_id), f"{number}:{name}", session.name)
+            await tx.execute()
+        return token, session
+
+    async def roster(self, classroom_id: str) -> list[tuple[str, int]]:
+        """The names the class's pupils joined with, each with its number: ("Ada", 1), ("ada", 2)."""
+        entries = await self.redis.hgetall(Keys.pupils(classroom_id))
+        return [(_text(typed), int(_text(field).split(":", 1)[0])) for field, typed in entries.items()]
+
     async def pupil_of_session(self, token: str) -> PupilSession | None:
         raw = await self.redis.get(Keys.pupil_session(token))
         return None if raw is None else PupilSession.model_validate_json(raw)
@@ -620,26 +669,134 @@ class Store:
         raws = await self.redis.mget([Keys.classroom(i) for i in ids]) if ids else []
         return [Classroom.model_validate_json(raw) for raw in raws if raw is not None]
 
+    async def question_counts(self, classroom_ids: list[str]) -> list[int]:
+        """How many questions each class has, in one round trip (the indexes' sizes; no record is read)."""
+        async with self.redis.pipeline(transaction=False) as batch:
+            for classroom_id in classroom_ids:
+                batch.zcard(Keys.questions(classroom_id))
+            return [int(n) for n in await batch.execute()]
+
+    async def delete_classroom(self, classroom: Classroom) -> None:
+        """Remove the class and all it holds: its join code, passages, questions and their indexes, its
+        pupils' names and histories, and its place in the lists of classes. Pupils' sessions expire on
+        their own (their class no longer answers). Watched, so a question asked meanwhile goes too."""
+        cid = classroom.id
+        while True:
+            async with self.redis.pipeline(transaction=True) as tx:
+                try:
+                    await tx.watch(Keys.questions(cid), Keys.passages(cid), Keys.former_passages(cid), Keys.pupils(cid))
+                    question_ids = _texts(await tx.zrange(Keys.questions(cid), 0, -1))
+                    passage_ids = _texts(await tx.lrange(Keys.passages(cid), 0, -1))
+                    passage_ids += _texts(await tx.lrange(Keys.former_passages(cid), 0, -1))
+                    names = _texts(await tx.hkeys(Keys.pupils(cid)))
+                    doomed = {Keys.questions_by_name(cid, n.split(":", 1)[1], int(n.split(":", 1)[0])) for n in names}
+                    for start in range(0, len(question_ids), DELETE_BATCH):
+                        batch = question_ids[start : start + DELETE_BATCH]
+                        for raw in await tx.mget([Keys.question(i) for i in batch]):
+                            if raw is not None:
+                                record = QuestionRecord.model_validate_json(raw)
+                                doomed.add(Keys.questions_by_name(cid, record.pupil, record.pupil_number))
+                                doomed.add(Keys.pupil_questions(record.pupil_id))
+                        doomed.update(Keys.question(i) for i in batch)
+                    for passage_id in passage_ids:
+                        doomed.update((Keys.passage(passage_id), Keys.passage_questions(passage_id)))
+                        doomed.add(Keys.warmed(passage_id))
+                    doomed.update((Keys.classroom(cid), Keys.join_code(classroom.join_code), Keys.passages(cid)))
+                    doomed.update((Keys.former_passages(cid), Keys.active_passage(cid), Keys.questions(cid)))
+                    doomed.update((Keys.pupils(cid), Keys.pupil_numbers(cid)))
+                    tx.multi()  # type: ignore[no-untyped-call]
+                    tx.delete(*doomed)
+                    if question_ids:
+                        tx.zrem(Keys.recent_questions(), *question_ids)
+                        tx.zrem(Keys.answering(), *question_ids)
+                    tx.srem(Keys.classrooms(), cid)
+                    tx.zrem(Keys.teacher_classrooms(classroom.teacher_id), cid)
+                    _class_changed(tx, cid)
+                    tx.expire(Keys.class_version(cid), DELETED_VERSION_S)
+                    await tx.execute()
+                    return
+                except WatchError:
+                    continue
+
     # Passages
 
-    async def add_passage(self, passage: Passage) -> None:
-        """Store the passage and make it the classroom's active one."""
+    async def add_passage(self, passage: Passage, *, publish: bool) -> None:
+        """Store the passage in its class's list; `publish`: make it the one pupils see, in the same step."""
         async with self.redis.pipeline(transaction=True) as tx:
             tx.set(Keys.passage(passage.id), passage.model_dump_json())
             tx.rpush(Keys.passages(passage.classroom_id), passage.id)
-            tx.set(Keys.active_passage(passage.classroom_id), passage.id)
+            if publish:
+                tx.set(Keys.active_passage(passage.classroom_id), passage.id)
             _class_changed(tx, passage.classroom_id)
             await tx.execute()
+
+    async def replace_passage(self, old: Passage, new: Passage) -> bool:
+        """`new` takes `old`'s place in the class's list, and its place as the active one if `old` was it
+        (then True); `old` stays stored, for the questions asked about it. PassageNotFound if `old` is no
+        longer in the list (deleted or edited meanwhile)."""
+        cid = old.classroom_id
+        while True:
+            async with self.redis.pipeline(transaction=True) as tx:
+                try:
+                    await tx.watch(Keys.passages(cid), Keys.active_passage(cid))
+                    ids = _texts(await tx.lrange(Keys.passages(cid), 0, -1))
+                    active = await tx.get(Keys.active_passage(cid))
+                    if old.id not in ids:
+                        raise PassageNotFound()
+                    was_active = active is not None and _text(active) == old.id
+                    tx.multi()  # type: ignore[no-untyped-call]
+                    tx.set(Keys.passage(new.id), new.model_dump_json())
+                    tx.lset(Keys.passages(cid), ids.index(old.id), new.id)
+                    tx.rpush(Keys.former_passages(cid), old.id)
+                    if was_active:
+                        tx.set(Keys.active_passage(cid), new.id)
+                    _class_changed(tx, cid)
+                    await tx.execute()
+                    return was_active
+                except WatchError:
+                    continue
+
+    async def remove_passage(self, classroom_id: str, passage_id: str) -> None:
+        """Take a passage out of the class's list (it stays stored for its questions). Not the active one:
+        PassageInUse."""
+        while True:
+            async with self.redis.pipeline(transaction=True) as tx:
+                try:
+                    await tx.watch(Keys.passages(classroom_id), Keys.active_passage(classroom_id))
+                    ids = _texts(await tx.lrange(Keys.passages(classroom_id), 0, -1))
+                    active = await tx.get(Keys.active_passage(classroom_id))
+                    if passage_id not in ids:
+                        raise PassageNotFound()
+                    if active is not None and _text(active) == passage_id:
+                        raise PassageInUse()
+                    tx.multi()  # type: ignore[no-untyped-call]
+                    tx.lrem(Keys.passages(classroom_id), 0, passage_id)
+                    tx.rpush(Keys.former_passages(classroom_id), passage_id)
+                    _class_changed(tx, classroom_id)
+                    await tx.execute()
+                    return
+                except WatchError:
+                    continue
 
     async def get_passage(self, passage_id: str) -> Passage | None:
         raw = await self.redis.get(Keys.passage(passage_id))
         return None if raw is None else Passage.model_validate_json(raw)
 
     async def set_active_passage(self, classroom_id: str, passage_id: str) -> None:
-        async with self.redis.pipeline(transaction=True) as tx:
-            tx.set(Keys.active_passage(classroom_id), passage_id)
-            _class_changed(tx, classroom_id)
-            await tx.execute()
+        """Publish a passage of the class's list (PassageNotFound if it is not there: edited or deleted)."""
+        while True:
+            async with self.redis.pipeline(transaction=True) as tx:
+                try:
+                    await tx.watch(Keys.passages(classroom_id))
+                    if await tx.lpos(Keys.passages(classroom_id), passage_id) is None:
+                        raise PassageNotFound()
+                    tx.multi()  # type: ignore[no-untyped-call]
+                    tx.set(Keys.active_passage(classroom_id), passage_id)
+                    _class_changed(tx, classroom_id)
+                    await tx.execute()
+                    return
+                except WatchError:
+                    continue
 
     async def active_passage_id(self, classroom_id: str) -> str | None:
         passage_id = await self.redis.get(Keys.active_passage(classroom_id))
@@ -650,7 +807,16 @@ class Store:
         return None if passage_id is None else await self.get_passage(passage_id)
 
     async def list_passages(self, classroom_id: str) -> list[Passage]:
-        ids = _texts(await self.redis.lrange(Keys.passages(classroom_id), 0, -1))
+        """The class's passages, oldest first."""
+        return await self._passages(Keys.passages(classroom_id))
+
+    async def former_passages(self, classroom_id: str) -> list[Passage]:
+        """Passages edited (an older version) or deleted, in the order they left the list: still there for
+        the questions asked about them."""
+        return await self._passages(Keys.former_passages(classroom_id))
+
+    async def _passages(self, key: str) -> list[Passage]:
+        ids = _texts(await self.redis.lrange(key, 0, -1))
         raws = await self.redis.mget([Keys.passage(i) for i in ids]) if ids else []
         return [Passage.model_validate_json(raw) for raw in raws if raw is not None]
 
@@ -746,7 +912,7 @@ class Store:
         return [
             Keys.question(record.id),
             Keys.questions(record.classroom_id),
-            Keys.questions_by_name(record.classroom_id, record.pupil),
+            Keys.questions_by_name(record.classroom_id, record.pupil, record.pupil_number),
             Keys.passage_questions(record.passage_id),
             Keys.pupil_questions(record.pupil_id),
             Keys.recent_questions(),
@@ -766,26 +932,44 @@ class Store:
         pupil_name: str | None = None,
         passage_id: str | None = None,
     ) -> list[QuestionRecord]:
-        """Newest first; narrowed to one display name and/or one passage."""
+        """Newest first; narrowed to the pupils `pupil_name` names (`matching_pupils`) and/or one passage."""
         indexes = [Keys.questions(classroom_id)]
-        if pupil_name:
-            indexes.append(Keys.questions_by_name(classroom_id, pupil_name))
         if passage_id:
             indexes.append(Keys.passage_questions(passage_id))
-        if len(indexes) == 1:
+        names: list[str] = []
+        if pupil_name and pupil_name.strip():  # spaces alone name no one in particular: no filter
+            names = [Keys.questions_by_name(classroom_id, pupil_name)]  # also a name joined before numbering
+            names += [
+                Keys.questions_by_name(classroom_id, n, k)
+                for n, k in await self.matching_pupils(classroom_id, pupil_name)
+            ]
+        if len(indexes) == 1 and not names:
             ids = await self.redis.zrevrange(indexes[0], offset, offset + limit - 1)
         else:
-            ids = await self._intersection(indexes, offset, limit)
+            ids = await self._combined(indexes, sorted(set(names)), offset, limit)
         return await self._questions(_texts(ids))
 
-    async def _intersection(self, indexes: list[str], offset: int, limit: int) -> list[Any]:
-        # Sorted-set intersection keeps the time order; the result lives a few seconds only.
+    async def matching_pupils(self, classroom_id: str, typed: str) -> list[tuple[str, int]]:
+        """The class's pupils `typed` names: the one (or ones) whose name as teachers see it ("Ada (2)") it
+        is, any case; else every pupil whose name holds it."""
+        wanted = typed.strip().lower()
+        labelled = [(pupil_label(name, n).lower(), name, n) for name, n in await self.roster(classroom_id)]
+        exact = [(name, n) for label, name, n in labelled if label == wanted]
+        return exact or [(name, n) for label, name, n in labelled if wanted in label]
+
+    async def _combined(self, indexes: list[str], names: list[str], offset: int, limit: int) -> list[Any]:
+        # The pupils' indexes united, then intersected with the others: sorted-set operations keep the time
+        # order; the result lives for this one transaction.
         scratch = f"tmp:{new_id()}"
         async with self.redis.pipeline(transaction=True) as tx:
-            tx.zinterstore(scratch, indexes, aggregate="MAX")
+            if names:
+                tx.zunionstore(scratch, names, aggregate="MAX")
+                tx.zinterstore(scratch, [scratch, *indexes], aggregate="MAX")
+            else:
+                tx.zinterstore(scratch, indexes, aggregate="MAX")
             tx.zrevrange(scratch, offset, offset + limit - 1)
             tx.delete(scratch)
-            _, ids, _ = await tx.execute()
+            *_, ids, _ = await tx.execute()
         return list(ids)
 
     async def pupil_questions(self, pupil_id: str, limit: int) -> list[QuestionRecord]:
@@ -827,7 +1011,7 @@ class Store:
         """The open classes' active passages, the class used last first (its newest question, or the
         passage's own creation if newer): a class that asked this morning is likelier to ask again than one
         idle since last term. Three round trips to Redis, however many classes."""
-        open_ids = [c.id for c in await self.all_classrooms() if c.is_open]
+        open_ids = [c.id for c in await self.all_classrooms() if c.is_open and c.archived_at is None]
         async with self.redis.pipeline(transaction=False) as batch:
             for cid in open_ids:
                 batch.get(Keys.active_passage(cid))

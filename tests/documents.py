@@ -5,8 +5,11 @@ import io
 import docx
 
 
-def docx_bytes(paragraphs: list[str]) -> bytes:
+def docx_bytes(paragraphs: list[str], title: str | None = None) -> bytes:
+    """A Word document; `title`: its title property (File > Info in Word)."""
     document = docx.Document()
+    if title is not None:
+        document.core_properties.title = title
     for paragraph in paragraphs:
         document.add_paragraph(paragraph)
     out = io.BytesIO()
@@ -14,9 +17,9 @@ def docx_bytes(paragraphs: list[str]) -> bytes:
     return out.getvalue()
 
 
-def pdf_bytes(lines: list[str]) -> bytes:
+def pdf_bytes(lines: list[str], title: str | None = None) -> bytes:
     """A one-page PDF with a standard font: the smallest file pypdf reads text from, written by hand
-    so that the tests need no PDF-writing library."""
+    so that the tests need no PDF-writing library. `title`: its document information's /Title."""
     text_ops = " ".join(f"({line}) Tj T*" for line in lines)
     stream = f"BT /F1 12 Tf 14 TL 72 720 Td {text_ops} ET".encode()
     objects = [
@@ -27,6 +30,8 @@ def pdf_bytes(lines: list[str]) -> bytes:
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
         b"<< /Length " + str(len(stream)).encode() + b" >>\nstream\n" + stream + b"\nendstream",
     ]
+    if title is not None:
+        objects.append(f"<< /Title ({title}) >>".encode())
     out = io.BytesIO()
     out.write(b"%PDF-1.4\n")
     offsets = []
@@ -37,5 +42,6 @@ def pdf_bytes(lines: list[str]) -> bytes:
     out.write(f"xref\n0 {len(objects) + 1}\n0000000000 65535 f \n".encode())
     for offset in offsets:
         out.write(f"{offset:010d} 00000 n \n".encode())
-    out.write(f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode())
+    info = f" /Info {len(objects)} 0 R" if title is not None else ""
+    out.write(f"trailer\n<< /Size {len(objects) + 1} /Root 1 0 R{info} >>\nstartxref\n{xref}\n%%EOF\n".encode())
     return out.getvalue()

@@ -7,6 +7,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -14,7 +15,9 @@ from httpx_sse import connect_sse
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.accounts import add_teacher
+from service.records import QuestionRecord, QuestionStatus, Usage
 from service.settings import Settings
+from service.store import Store, connect
 from service.warmup import BURST_MAX_TOKENS
 
 SENTENCES = [
@@ -72,11 +75,47 @@ def create_classroom(teacher: httpx.Client, name: str = "Class 4B") -> dict[str,
     return body
 
 
-def add_passage(teacher: httpx.Client, classroom_id: str, text: str, title: str = "The honeybee") -> dict[str, Any]:
-    response = teacher.post(f"/api/classrooms/{classroom_id}/passages", json={"title": title, "text": text})
+def add_passage(
+    teacher: httpx.Client, classroom_id: str, text: str, title: str = "The honeybee", publish: bool = True
+) -> dict[str, Any]:
+    """Add a passage; published at once unless `publish` is False (adding and publishing are two steps)."""
+    response = teacher.post(
+        f"/api/classrooms/{classroom_id}/passages", json={"title": title, "text": text, "publish": publish}
+    )
     assert response.status_code == 201, response.text
     body: dict[str, Any] = response.json()
     return body
+
+
+def seed_questions(
+    settings: Settings, classroom_id: str, passage_id: str, pupils: list[tuple[str, int]], count: int, answer: str
+) -> list[str]:
+    """`count` answered questions stored straight into the class's Redis, as a finished answer is stored and
+    indexed (one a second, oldest first, by `pupils` in turn), without asking the model: for pages of many
+    questions. Returns their ids, oldest first."""
+    start = time.time() - count
+
+    async def store_them() -> list[str]:
+        redis = connect(settings.redis.url)
+        try:
+            store, ids = Store(redis), []
+            for i in range(count):
+                name, number = pupils[i % len(pupils)]
+                record = QuestionRecord(
+                    id=uuid.uuid4().hex, classroom_id=classroom_id, passage_id=passage_id,
+                    pupil_id=f"seeded-{name}-{number}", pupil=name, pupil_number=number,
+                    question=f"Question {i + 1} from {name}?", status=QuestionStatus.ANSWERED, answer=answer,
+                    usage=Usage(prompt_tokens=400, cached_tokens=384, completion_tokens=40),
+                    ttft_ms=420.0, total_ms=2100.0, asked_at=datetime.fromtimestamp(start + i, UTC),
+                )  # fmt: skip
+                await store.refuse_question(record)  # stores and indexes it as it is (the status is ours)
+                ids.append(record.id)
+            return ids
+        finally:
+            await redis.aclose()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, store_them()).result()
 
 
 @dataclass

@@ -56,6 +56,7 @@ def test_a_teacher_and_two_pupils_in_the_browser(
     expect(teacher.locator("#class-title")).to_have_text(f"Class 4B {NASTY}")
     teacher.get_by_text("Add a passage").click()
     teacher.get_by_label("Or upload a file").set_input_files(passage_file)
+    teacher.get_by_label("Publish this file now").check()
     teacher.get_by_role("button", name="Upload", exact=True).click()
     expect(teacher.locator("#passages")).to_contain_text("The honeybee")
     expect(teacher.locator("#passages")).to_contain_text("pupils see this one")

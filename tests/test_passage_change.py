@@ -110,7 +110,7 @@ def test_a_question_about_a_passage_that_is_not_the_class_s_is_refused_kindly(
     response = ask(ada, classroom["id"], "What do bees eat?", other["id"])
     assert response.status_code == 409
     assert error_of(response)["code"] == "passage_gone"
-    assert "taken away the passage you were reading" in error_of(response)["message"]
+    assert "changed or taken away the passage you were reading" in error_of(response)["message"]
     assert stored_questions(teacher, classroom["id"]) == []  # nothing asked, nothing half-stored
 
 

@@ -549,7 +549,7 @@ async def _abandoned_answers_rules(redis_url: str) -> None:
     try:
         classroom = await store.create_classroom("teacher", "4B")
         passage = Passage(id=new_id(), classroom_id=classroom.id, title="t", text="x", tokens=2)
-        await store.add_passage(passage)
+        await store.add_passage(passage, publish=True)
         await store.set_active_passage(classroom.id, passage.id)
         asked: list[QuestionRecord] = []
         for name in ("Ada", "Ben", "Cy"):

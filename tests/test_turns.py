@@ -38,7 +38,7 @@ class _Class:
     async def open(self) -> "_Class":
         self.id = (await self.store.create_classroom("teacher", self.name)).id
         passage = Passage(id=new_id(), classroom_id=self.id, title="t", text="x", tokens=2)
-        await self.store.add_passage(passage)
+        await self.store.add_passage(passage, publish=True)
         await self.store.set_active_passage(self.id, passage.id)
         return self
 

@@ -11,7 +11,8 @@ from tests.conftest import own_database
 
 async def _passage(store: Store, classroom_id: str, age: timedelta) -> None:
     await store.add_passage(
-        Passage(id=new_id(), classroom_id=classroom_id, title="t", text="x", tokens=2, created_at=utcnow() - age)
+        Passage(id=new_id(), classroom_id=classroom_id, title="t", text="x", tokens=2, created_at=utcnow() - age),
+        publish=True,
     )
 
 

@@ -5,7 +5,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from service.deps import PUPIL_COOKIE, TEACHER_COOKIE, AccountsDep, ServicesDep, StoreDep, TemplatesDep
-from service.errors import ServiceError
+from service.errors import ClassroomNotFound, ServiceError
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
 
@@ -66,10 +66,11 @@ async def teacher_class_page(
         return RedirectResponse("/teacher/login", status_code=303)
     try:
         classroom = await store.get_classroom(classroom_id)
-    except ServiceError:
-        return RedirectResponse("/teacher", status_code=303)
-    if classroom.teacher_id != teacher.id:
-        return RedirectResponse("/teacher", status_code=303)
+    except ClassroomNotFound:
+        classroom = None
+    if classroom is None or classroom.teacher_id != teacher.id:
+        # Deleted, mistyped, or another teacher's (which answers alike): say so, rather than go elsewhere.
+        return templates.TemplateResponse(request, "teacher_no_class.html", status_code=404)
     context = {"classroom_id": classroom.id, "classroom_name": classroom.name, "join_code": classroom.join_code}
     return templates.TemplateResponse(request, "teacher_class.html", context)
 

@@ -68,7 +68,7 @@ async def my_class(pupil: CurrentPupil, store: StoreDep) -> PupilView:
         name=pupil.name,
         classroom_id=classroom.id,
         classroom_name=classroom.name,
-        is_open=classroom.is_open,
+        is_open=classroom.is_open and classroom.archived_at is None,
         passage=PassageView.of(passage) if passage else None,
     )
 
@@ -134,7 +134,7 @@ async def sse_events(stream: AnswerStream) -> AsyncGenerator[bytes]:
     response_model=Answer,
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "SSE stream, or one JSON body"},
-        **errors(*JSON_BODY, 401, 409, 429, 502, 503),
+        **errors(*JSON_BODY, 401, 404, 409, 429, 502, 503),
     },
 )
 async def ask(

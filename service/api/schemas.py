@@ -4,9 +4,9 @@ import unicodedata
 from datetime import datetime
 from typing import Annotated, Any, Self
 
-from pydantic import AfterValidator, BaseModel, Field, StrictBool, StringConstraints
+from pydantic import AfterValidator, BaseModel, Field, StrictBool, StringConstraints, computed_field
 
-from service.records import Classroom, Passage, QuestionRecord, QuestionStatus, Teacher, Usage
+from service.records import Classroom, Passage, QuestionRecord, QuestionStatus, Teacher, Usage, pupil_label
 
 
 def _one_line(name: str) -> str:
@@ -60,9 +60,15 @@ RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "required": Tru
 ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
     400: ("The body could not be read (a broken form)", {}),
     401: ("Not signed in or joined, or the session has ended", {}),
-    403: ("Not allowed here (another class, a closed class, not the operator), or sent by another website", {}),
+    403: (
+        "Not allowed here (another class, a closed or archived class, not the operator), or sent by another website",
+        {},
+    ),
     404: ("No such classroom, passage or class code", {}),
-    409: ("The class has no passage yet, or the pupil's answer has not finished", {}),
+    409: (
+        "The class has no passage yet, the pupil's answer has not finished, or the passage is the one pupils see",
+        {},
+    ),
     413: ("The body is larger than the route takes", {}),
     415: ("The body is not JSON (send 'Content-Type: application/json')", {}),
     422: ("A value is missing or refused; the message says which and why", {}),
@@ -124,6 +130,9 @@ class CreateClassroom(BaseModel):
 class UpdateClassroom(BaseModel):
     name: Name | None = None
     is_open: StrictBool | None = None  # JSON true or false only, as the schema says (not 0, 1 or "yes")
+    archived: StrictBool | None = Field(
+        default=None, description="true: put the class away (closed to pupils, listed apart); false: restore it"
+    )
 
 
 class ClassroomOut(BaseModel):
@@ -131,14 +140,28 @@ class ClassroomOut(BaseModel):
     name: str
     join_code: str
     is_open: bool
+    created_at: datetime
+    archived_at: datetime | None
 
     @classmethod
     def of(cls, classroom: Classroom) -> "ClassroomOut":
-        return cls(id=classroom.id, name=classroom.name, join_code=classroom.join_code, is_open=classroom.is_open)
+        return cls.model_validate(classroom.model_dump(include=set(cls.model_fields)))
+
+
+class ClassroomSummary(ClassroomOut):
+    questions: int = Field(description="how many questions its pupils have asked")
 
 
 class ClassroomList(BaseModel):
-    classrooms: list[ClassroomOut]
+    classrooms: list[ClassroomSummary]
+
+
+class FormerPassage(BaseModel):
+    """A passage edited (an older version) or deleted: out of the class's list, kept for its questions."""
+
+    id: str
+    title: str
+    version: int
 
 
 class ClassroomDetail(ClassroomOut):
@@ -147,10 +170,18 @@ class ClassroomDetail(ClassroomOut):
     # which replicas, operators see (/api/operator/classrooms/{id}).
     active_passage_warmed: bool
     passages: list[Passage]
+    former_passages: list[FormerPassage]
+    passage_max_tokens: int = Field(description="the most tokens a passage (title and text) may have")
 
 
 class AddPassage(BaseModel):
     # Emptiness and length are judged by the token budget, with messages a teacher understands.
+    title: Text
+    text: Text
+    publish: StrictBool = Field(default=False, description="true: pupils see it at once (else: publish it later)")
+
+
+class EditPassage(BaseModel):
     title: Text
     text: Text
 
@@ -160,6 +191,20 @@ class PassageAdded(BaseModel):
     title: str
     tokens: int
     max_tokens: int
+    version: int
+    published: bool = Field(description="whether pupils see it now")
+
+
+class RosterPupil(BaseModel):
+    """A pupil as teachers see them: the name typed, numbered when another pupil of the class typed it too."""
+
+    name: str
+    number: int
+    label: str = Field(description="'Ada', or 'Ada (2)' for the second pupil who typed that name")
+
+
+class PupilList(BaseModel):
+    pupils: list[RosterPupil]
 
 
 class ChooseActivePassage(BaseModel):
@@ -182,6 +227,7 @@ class TeacherQuestion(RecordView):
     classroom_id: str
     passage_id: str
     pupil: str
+    pupil_number: int
     question: str
     status: QuestionStatus
     answer: str
@@ -192,6 +238,11 @@ class TeacherQuestion(RecordView):
     total_ms: float | None
     asked_at: datetime
     finished_at: datetime | None
+
+    @computed_field(description="the pupil as teachers see them: 'Ada', or 'Ada (2)' for a second Ada")  # type: ignore[prop-decorator]
+    @property
+    def pupil_label(self) -> str:
+        return pupil_label(self.pupil, self.pupil_number)
 
 
 class QuestionList(BaseModel):
@@ -240,7 +291,8 @@ class ClassNotice(BaseModel):
     def of(cls, classroom: Classroom | None, passage: Passage | None) -> "ClassNotice":
         if classroom is None:  # the class was removed: nothing to read or ask any more
             return cls(is_open=False, passage=None)
-        return cls(is_open=classroom.is_open, passage=PassageView.of(passage) if passage else None)
+        is_open = classroom.is_open and classroom.archived_at is None
+        return cls(is_open=is_open, passage=PassageView.of(passage) if passage else None)
 
 
 class PupilQuestion(RecordView):

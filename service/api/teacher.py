@@ -19,9 +19,14 @@ from service.api.schemas import (
     ClassroomDetail,
     ClassroomList,
     ClassroomOut,
+    ClassroomSummary,
     CreateClassroom,
+    EditPassage,
+    FormerPassage,
     PassageAdded,
+    PupilList,
     QuestionList,
+    RosterPupil,
     SignIn,
     TeacherOut,
     TeacherQuestion,
@@ -40,10 +45,11 @@ from service.deps import (
     client_of,
     set_session_cookie,
 )
-from service.documents import extract_text
+from service.documents import read_document
 from service.errors import FileTooLarge
 from service.export import attachment, questions_csv
-from service.records import Classroom, Passage
+from service.prompting import Prompts
+from service.records import Classroom, Passage, pupil_label, utcnow
 from service.store import Store
 
 router = APIRouter(tags=["teacher"], route_class=ApiRoute, responses=errors(*STORE))
@@ -81,8 +87,15 @@ async def me(teacher: CurrentTeacher) -> TeacherOut:
 
 @router.get("/api/classrooms", responses=errors(401))
 async def my_classrooms(teacher: CurrentTeacher, store: StoreDep) -> ClassroomList:
-    """The teacher's classrooms, newest first."""
-    return ClassroomList(classrooms=[ClassroomOut.of(c) for c in await store.teacher_classrooms(teacher.id)])
+    """The teacher's classrooms, newest first, each with how many questions it has (archived ones too)."""
+    classrooms = await store.teacher_classrooms(teacher.id)
+    counts = await store.question_counts([c.id for c in classrooms])
+    return ClassroomList(
+        classrooms=[
+            ClassroomSummary(**ClassroomOut.of(c).model_dump(), questions=n)
+            for c, n in zip(classrooms, counts, strict=True)
+        ]
+    )
 
 
 @router.post("/api/classrooms", status_code=201, responses=errors(*JSON_BODY, 401))
@@ -90,33 +103,53 @@ async def create_classroom(body: CreateClassroom, teacher: CurrentTeacher, store
     return ClassroomOut.of(await store.create_classroom(teacher.id, body.name))
 
 
-async def _detail(store: Store, classroom: Classroom) -> ClassroomDetail:
+async def _detail(store: Store, prompts: Prompts, classroom: Classroom) -> ClassroomDetail:
     active = await store.active_passage_id(classroom.id)
+    former = await store.former_passages(classroom.id)
     return ClassroomDetail(
         **ClassroomOut.of(classroom).model_dump(),
         active_passage_id=active,
         active_passage_warmed=bool(await store.warmed(active)) if active else False,
         passages=await store.list_passages(classroom.id),
+        former_passages=[FormerPassage(id=p.id, title=p.title, version=p.version) for p in former],
+        passage_max_tokens=prompts.passage_max_tokens,
     )
 
 
 @router.get("/api/classrooms/{classroom_id}", responses=errors(*CLASS))
-async def classroom_detail(classroom: OwnClassroom, store: StoreDep) -> ClassroomDetail:
-    return await _detail(store, classroom)
+async def classroom_detail(classroom: OwnClassroom, store: StoreDep, prompts: PromptsDep) -> ClassroomDetail:
+    """The class, its passages (each with its text) and the one pupils see, and the passages its questions
+    name that have left its list (edited or deleted)."""
+    return await _detail(store, prompts, classroom)
 
 
 @router.patch("/api/classrooms/{classroom_id}", responses=errors(*CLASS, *JSON_BODY))
 async def update_classroom(body: UpdateClassroom, classroom: OwnClassroom, store: StoreDep) -> ClassroomOut:
-    """Rename, or close and reopen: a closed class takes no new pupils and no questions."""
-    changes = body.model_dump(exclude_none=True)
+    """Rename; close and reopen (a closed class takes no new pupils and no questions); archive and restore (an
+    archived class is closed to pupils whatever `is_open` says, and listed apart)."""
+    changes = body.model_dump(exclude_none=True, exclude={"archived"})
+    if body.archived is not None and body.archived != (classroom.archived_at is not None):
+        changes["archived_at"] = utcnow() if body.archived else None
     updated = classroom.model_copy(update=changes)
     await store.save_classroom(updated)
     return ClassroomOut.of(updated)
 
 
-def _added(passage: Passage, prompts: PromptsDep) -> PassageAdded:
+@router.delete("/api/classrooms/{classroom_id}", status_code=204, responses=errors(*CLASS, *WRITE))
+async def delete_classroom(classroom: OwnClassroom, store: StoreDep) -> None:
+    """Delete the class for good: its code, passages, questions and answers. There is no undo (the page asks
+    first); archiving keeps everything instead."""
+    await store.delete_classroom(classroom)
+
+
+def _added(passage: Passage, prompts: Prompts, published: bool) -> PassageAdded:
     return PassageAdded(
-        id=passage.id, title=passage.title, tokens=passage.tokens, max_tokens=prompts.passage_max_tokens
+        id=passage.id,
+        title=passage.title,
+        tokens=passage.tokens,
+        max_tokens=prompts.passage_max_tokens,
+        version=passage.version,
+        published=published,
     )
 
 
@@ -124,8 +157,10 @@ def _added(passage: Passage, prompts: PromptsDep) -> PassageAdded:
 async def add_passage(
     body: AddPassage, classroom: OwnClassroom, passages: PassagesDep, prompts: PromptsDep
 ) -> PassageAdded:
-    """Add a pasted passage; the newest passage becomes the one pupils ask about."""
-    return _added(await passages.add(classroom.id, body.title, body.text), prompts)
+    """Add a pasted passage. Pupils see it once it is published: at once with `publish`, else later
+    (`PUT .../active-passage`)."""
+    added = await passages.add(classroom.id, body.title, body.text, publish=body.publish)
+    return _added(added, prompts, body.publish)
 
 
 @router.post("/api/classrooms/{classroom_id}/passages/upload", status_code=201, responses=errors(*CLASS, 400, 403, 413))
@@ -135,32 +170,67 @@ async def upload_passage(
     prompts: PromptsDep,
     services: ServicesDep,
     file: Annotated[UploadFile, File(description=".txt, .md, .docx or .pdf")],
-    title: Annotated[str, Form()] = "",
+    title: Annotated[str, Form(description="else the document's own title, else the file's name")] = "",
+    publish: Annotated[bool, Form(description="true: pupils see it at once")] = False,
 ) -> PassageAdded:
-    """Add a passage from a file; its name is the title unless one is given."""
+    """Add a passage from a file. Its title: the one given, else the document's own (a Word document's or
+    PDF's title, a Markdown file's first `# ` heading), else the file's name without its extension."""
     limit = services.settings.limits.upload_max_bytes
     data = await file.read(limit + 1)
     if len(data) > limit:
         raise FileTooLarge(limit)
     filename = file.filename or "passage.txt"
-    text = extract_text(filename, data)
-    name = title.strip() or filename.rsplit(".", 1)[0]
-    return _added(await passages.add(classroom.id, name, text), prompts)
+    document = read_document(filename, data)
+    name = title.strip() or document.title or filename.rsplit(".", 1)[0]
+    return _added(await passages.add(classroom.id, name, document.text, publish=publish), prompts, publish)
+
+
+@router.put("/api/classrooms/{classroom_id}/passages/{passage_id}", responses=errors(*CLASS, *JSON_BODY))
+async def edit_passage(
+    passage_id: str, body: EditPassage, classroom: OwnClassroom, passages: PassagesDep, prompts: PromptsDep
+) -> PassageAdded:
+    """A new version of the passage (a new id) takes its place in the list, and pupils see it if they saw
+    the old one; the old one is kept for the questions asked about it."""
+    edited, published = await passages.edit(classroom.id, passage_id, body.title, body.text)
+    return _added(edited, prompts, published)
+
+
+@router.delete(
+    "/api/classrooms/{classroom_id}/passages/{passage_id}", status_code=204, responses=errors(*CLASS, *WRITE, 409)
+)
+async def delete_passage(passage_id: str, classroom: OwnClassroom, passages: PassagesDep) -> None:
+    """Take a passage out of the class's list; not the one pupils see (publish another first). The questions
+    asked about it keep it."""
+    await passages.delete(classroom.id, passage_id)
 
 
 @router.put("/api/classrooms/{classroom_id}/active-passage", responses=errors(*CLASS, *JSON_BODY))
 async def choose_active_passage(
-    body: ChooseActivePassage, classroom: OwnClassroom, store: StoreDep, passages: PassagesDep
+    body: ChooseActivePassage, classroom: OwnClassroom, store: StoreDep, passages: PassagesDep, prompts: PromptsDep
 ) -> ClassroomDetail:
+    """Publish a passage of the class's list: the one pupils see and ask about from now on."""
     await passages.choose_active(classroom.id, body.passage_id)
-    return await _detail(store, classroom)
+    return await _detail(store, prompts, classroom)
+
+
+@router.get("/api/classrooms/{classroom_id}/pupils", responses=errors(*CLASS))
+async def class_pupils(classroom: OwnClassroom, store: StoreDep) -> PupilList:
+    """The names the class's pupils joined with, as teachers see them ("Ada (2)" for a second Ada), by name."""
+    roster = sorted(await store.roster(classroom.id), key=lambda entry: (entry[0].lower(), entry[1]))
+    return PupilList(pupils=[RosterPupil(name=n, number=k, label=pupil_label(n, k)) for n, k in roster])
 
 
 @router.get("/api/classrooms/{classroom_id}/questions", responses=errors(*CLASS))
 async def list_questions(
     classroom: OwnClassroom,
     store: StoreDep,
-    pupil: Annotated[str | None, Query(description="only this pupil's display name")] = None,
+    pupil: Annotated[
+        str | None,
+        Query(
+            description="a pupil as teachers see them ('Ada (2)'), or part of a name: every pupil whose name holds "
+            "it, any case"
+        ),
+    ] = None,
     passage_id: Annotated[str | None, Query(description="only questions about this passage")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
@@ -195,7 +265,7 @@ async def export_questions(classroom: OwnClassroom, store: StoreDep, services: S
     """Every question of the classroom, newest first, for a spreadsheet: UTF-8 with a byte-order mark (for
     Excel), times in the school's time zone and in UTC."""
     questions = await store.list_questions(classroom.id, limit=1_000_000)
-    by_id = {p.id: p for p in await store.list_passages(classroom.id)}
+    by_id = {p.id: p for p in [*await store.former_passages(classroom.id), *await store.list_passages(classroom.id)]}
     return CsvResponse(
         questions_csv(questions, by_id, services.settings.school.zone),
         headers={"Content-Disposition": attachment(f"{classroom.name or 'class'}-questions.csv")},
