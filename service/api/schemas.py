@@ -36,8 +36,13 @@ Text = Annotated[str, AfterValidator(_printable)]
 Name = Annotated[
     str, StringConstraints(min_length=1, max_length=100), AfterValidator(_stripped), AfterValidator(_one_line)
 ]
+# The join page says so as the pupil types (it does not cut a longer name short).
+PUPIL_NAME_MAX_CHARS = 40
 PupilName = Annotated[
-    str, StringConstraints(min_length=1, max_length=40), AfterValidator(_stripped), AfterValidator(_one_line)
+    str,
+    StringConstraints(min_length=1, max_length=PUPIL_NAME_MAX_CHARS),
+    AfterValidator(_stripped),
+    AfterValidator(_one_line),
 ]
 
 
