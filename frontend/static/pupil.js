@@ -51,6 +51,7 @@ async function loadHistory() {
   const earlier = questions.filter((q) => q.id !== current.id);
   $("history").replaceChildren(...earlier.map(historyItem));
   $("history-empty").hidden = earlier.length > 0;
+  $("history-empty").textContent = current.id ? "No earlier questions yet." : "You have not asked anything yet.";
   return questions;
 }
 
