@@ -18,7 +18,9 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-KEEPALIVE = b": keep-alive\n\n"
+# A comment line, without the blank line that ends an event: the blank line would end an event of no data,
+# which some clients (httpx-sse) hand on as an empty event once a token's `id` has been seen.
+KEEPALIVE = b": keep-alive\n"
 # No proxy may store or transform (e.g. compress, which buffers) a stream; sse-starlette sets the rest.
 STREAM_HEADERS = {"Cache-Control": "no-store, no-transform"}
 HEADERS = [
