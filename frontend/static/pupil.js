@@ -84,9 +84,11 @@ function showCurrent(id, text, answerSoFar) {
 }
 
 // Read one connection's events; true once the answer's final event came, false if the stream just ended.
-async function readEvents(response) {
+// `progress.events` counts what came, so that a connection that brought something starts the pauses anew.
+async function readEvents(response, progress) {
   const inLine = $("in-line");
   for await (const { event, data, id } of sseEvents(response)) {
+    progress.events += 1;
     if (event === "question") {
       current.id = data.question_id;
       loadHistory();
@@ -136,10 +138,11 @@ function followAgain() {
 async function followAnswer(response) {
   for (let attempt = 0; ; attempt++) {
     if (response && response.ok) {
+      const progress = { events: 0 };
       try {
-        if (await readEvents(response)) break;
+        if (await readEvents(response, progress)) break;
       } catch { /* the connection dropped mid-way */ }
-      attempt = 0;
+      if (progress.events) attempt = 0;
     } else if (response && response.status < 500) { // not this pupil's any more (the session ended)
       $("ask-error").textContent = await errorMessage(response);
       break;
