@@ -137,6 +137,9 @@ class AnswerStream:
         live = self.live
         try:
             try:
+                live.writing = True
+                if live.cut_reason is not None:  # cut before this task ran
+                    raise asyncio.CancelledError()
                 outcome = await self._write()
             except asyncio.CancelledError:  # cut: stopped by the pupil, or the service shuts down
                 task = asyncio.current_task()
@@ -146,9 +149,11 @@ class AnswerStream:
             except Exception:
                 log.exception("answer %s failed", self.record.id)
                 outcome = (QuestionStatus.INCOMPLETE, MIDSTREAM_FAILURE)
-            live.writing = False
+            live.writing, live.storing = False, True
             await self._end(outcome)
         finally:
+            if live.end is None:  # never expected: the end could not be stored, followers are told so
+                live.finish(Ended(self.record, NOT_SAVED))
             self._answers.remove(self.record.id)
 
     async def _write(self) -> tuple[QuestionStatus, str | None]:
@@ -403,8 +408,8 @@ class Answering:
         until it is stored as stopped."""
         found = await self.find(pupil_id, question_id)
         if isinstance(found, LiveAnswer):
-            if not found.cut(STOPPED) and found.end is not None:
-                raise AnswerFinished()
+            if not found.cut(STOPPED) and found.cut_reason is None:
+                raise AnswerFinished()  # it has ended, or is storing the end it came to
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(found.ended(), self._stop_wait_s)
             return

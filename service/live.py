@@ -61,7 +61,19 @@ Followed = Queued | Said | Ended
 class LiveAnswer:
     """One answer being written in this process: its text so far, its place in line while it waits, its end."""
 
-    __slots__ = ("_ended", "_loop", "_waiters", "cut_reason", "end", "parts", "place", "record", "task", "writing")
+    __slots__ = (
+        "_ended",
+        "_loop",
+        "_waiters",
+        "cut_reason",
+        "end",
+        "parts",
+        "place",
+        "record",
+        "storing",
+        "task",
+        "writing",
+    )
 
     def __init__(self, record: QuestionRecord) -> None:
         self.record = record
@@ -69,9 +81,11 @@ class LiveAnswer:
         self.place = 0
         self.end: Ended | None = None
         self.cut_reason: str | None = None
-        # The writing task, and whether it may still be cancelled (not while it stores the end).
+        # The writing task, and whether it is writing (it may be cancelled: not before it runs, nor once it
+        # stores the end).
         self.task: asyncio.Task[None] | None = None
-        self.writing = True
+        self.writing = False
+        self.storing = False
         self._loop = asyncio.get_running_loop()
         self._waiters: list[asyncio.Future[None]] = []
         self._ended: asyncio.Future[Ended] = self._loop.create_future()
@@ -118,8 +132,8 @@ class LiveAnswer:
 
     def cut(self, reason: str) -> bool:
         """End the answer now (`reason`: what the pupil is told): its writer closes vLLM's stream, which aborts
-        the request, and stores the text so far. False if it ended already, or is being cut."""
-        if self.end is not None or self.cut_reason is not None:
+        the request, and stores the text so far. False if it has ended, is storing its end, or is being cut."""
+        if self.end is not None or self.cut_reason is not None or self.storing:
             return False
         self.cut_reason = reason
         if self.task is not None and self.writing:
