@@ -3,16 +3,20 @@
 `Answering.ask` checks the question against the class as this process holds it (`ClassCache`), admits and
 stores it in one atomic step in Redis before any model call (so nothing is lost; `Store.admit_question`),
 and opens the stream on the replica the fleet plans for this passage before the HTTP response starts, so
-a dead backend is still a plain 503 (the next replica is tried first). `AnswerStream.events` then turns
-vLLM's raw stream into events and, on every way out (finished, failed, cut short because the pupil
-left), stores the result and records the metrics.
+a dead backend is still a plain 503 (the next replica is tried first). The answer is then written by a task
+of this process, `AnswerStream.run`, to its end whatever the pupil's connection does (`service.live`): it
+turns vLLM's raw stream into the answer's text, which the pupil's connections follow, and on every way out
+(answered, cut by the backend, stopped by the pupil, interrupted by a shutdown) stores the result and
+records the metrics. `Answering.follow` and `Answering.stop` find a pupil's answer again, in this process or
+through its record.
 
-This is the hot path: every token of every answer passes through `AnswerStream.events`, so it reads the
-stream's bytes itself (`vllm_stream.StreamReader`) and passes on at once, as one piece, whatever text a
-read brought (the first piece is never held back for the next).
+This is the hot path: every token of every answer passes through `AnswerStream._write`, so it reads the
+stream's bytes itself (`vllm_stream.StreamReader`) and hands on at once, as one piece, whatever text a read
+brought (the first piece is never held back for the next).
 """
 
 import asyncio
+import contextlib
 import functools
 import itertools
 import logging
@@ -31,6 +35,7 @@ from service.accounts import Accounts
 from service.classes import ClassCache
 from service.errors import (
     WAITED_TOO_LONG,
+    AnswerFinished,
     AnswerInProgress,
     BackendFailed,
     BackendUnavailable,
@@ -39,11 +44,13 @@ from service.errors import (
     LineFull,
     NoActivePassage,
     PassageGone,
+    QuestionNotFound,
     SessionExpired,
     TooManyQuestions,
     WrongClassroom,
 )
 from service.fleet import Fleet
+from service.live import INTERRUPTED, STOPPED, Ended, Followed, LiveAnswer, LiveAnswers, follow, follow_stored
 from service.metrics import Metrics
 from service.prompting import Prompts
 from service.records import Passage, QuestionRecord, QuestionStatus, Usage, utcnow
@@ -55,7 +62,6 @@ from service.vllm_stream import StreamBroke, StreamReader
 log = logging.getLogger(__name__)
 
 MIDSTREAM_FAILURE = "The answer was cut short because the answering service stopped. Please ask again."
-PUPIL_LEFT = "The pupil left before the answer finished."
 NOT_STARTED = "The answer could not be started. Please ask again."
 TOO_SLOW = "The answering service took too long to answer. Please ask again in a moment."
 NOT_SAVED = (
@@ -64,32 +70,6 @@ NOT_SAVED = (
 )
 # A class changed this often while one question was being admitted: give up rather than loop.
 ADMISSION_ATTEMPTS = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Token:
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class InLine:
-    """The question waits for its turn: `place` questions (this one included) have theirs before it starts."""
-
-    place: int
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    record: QuestionRecord
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    record: QuestionRecord
-    message: str
-
-
-AnswerEvent = InLine | Token | Finished | Failed
 
 
 class NotStarted(Exception):
@@ -113,101 +93,157 @@ class Waiting:
 
 
 class AnswerStream:
-    """An answer in flight, or waiting for its turn. Iterate `events()` once; the record is stored however the
-    iteration ends."""
+    """An answer being written (or waiting for its turn) by a task of its own, `run`, whatever its pupil's
+    connection does: its text goes to `live`, which the pupil's connections follow (`service.live`). Its record
+    is stored, and the metrics recorded, however it ends: answered, cut by the backend or the read timeout,
+    stopped by the pupil, or interrupted by the service shutting down."""
 
     def __init__(
         self,
-        record: QuestionRecord,
+        live: LiveAnswer,
         upstream: aiohttp.ClientResponse | Waiting,
         store: Store,
         metrics: Metrics,
         started: float,
         line: TurnLine | None,
+        answers: LiveAnswers,
+        progress_s: float,
     ) -> None:
-        self.record = record
+        self.live = live
+        self.record = live.record
         self._upstream = upstream
         self._store = store
         self._metrics: Metrics | None = metrics
         self._started = started
         self._queue_wait_s = time.perf_counter() - started
         self._line = line
+        self._answers = answers
+        self._progress_s = progress_s
+        self._reader = StreamReader()
+        self._token_times: list[float] = []
+        self._finish_reason: str | None = None
+        self._usage: Usage | None = None
+        self._stored = False  # the record is stored already (an answer that could not be started)
+        self._progress: asyncio.Task[None] | None = None
+
+    def start(self) -> LiveAnswer:
+        """Run the answer in a task of this process's own, listed among its live answers."""
+        self._answers.add(self.live)
+        self.live.task = asyncio.create_task(self.run(), name=f"answer {self.record.id}")
+        return self.live
 
     def _elapsed_ms(self) -> float:
         return (time.perf_counter() - self._started) * 1000
 
-    async def events(self) -> AsyncGenerator[AnswerEvent]:
-        reader = StreamReader()
-        parts: list[str] = []
-        token_times: list[float] = []
-        finish_reason: str | None = None
-        usage: Usage | None = None
-        outcome: tuple[QuestionStatus, str | None] | None = None
+    async def run(self) -> None:
+        live = self.live
         try:
-            if isinstance(self._upstream, Waiting):
-                waiting = self._upstream
-                try:
-                    async with aclosing(waiting.places) as places:
-                        async for place in places:
-                            yield InLine(place)
-                    self.record, self._upstream = await waiting.opener(self.record)
-                except TurnNotInTime:
-                    outcome = (QuestionStatus.FAILED, WAITED_TOO_LONG)
-                    self.record = self._finish(outcome, parts, token_times, usage, finish_reason)
-                    await self._store_end()
-                    yield Failed(self.record, WAITED_TOO_LONG)
-                    return
-                except NotStarted as exc:  # stored and counted failed already
-                    outcome = (QuestionStatus.FAILED, exc.failure.message)
-                    self.record, self._metrics = exc.record, None
-                    yield Failed(self.record, exc.failure.message)
-                    return
-                self._queue_wait_s = time.perf_counter() - self._started
-            upstream = self._upstream
             try:
-                async for data in upstream.content.iter_any():
-                    piece = reader.feed(data)
-                    if piece.tokens:  # the time to first token is the first chunk with tokens, text or not yet
-                        token_times.extend(itertools.repeat(time.perf_counter(), piece.tokens))
-                    finish_reason = piece.finish_reason or finish_reason
-                    usage = piece.usage or usage
-                    if piece.text:
-                        parts.append(piece.text)
-                        yield Token(piece.text)
-                if not reader.done:
-                    raise StreamBroke("the stream ended before [DONE]")
-            except TimeoutError:  # nothing from vLLM for backend.read_timeout_s (aiohttp's sock_read)
-                log.warning("answer %s timed out waiting for the backend", self.record.id)
-                outcome = (QuestionStatus.INCOMPLETE, TOO_SLOW)
-            except Exception:  # the stream broke: the connection cut, a protocol or server error mid-way
-                log.warning("answer %s cut short by the backend", self.record.id, exc_info=True)
+                live.writing = True
+                if live.cut_reason is not None:  # cut before this task ran
+                    raise asyncio.CancelledError()
+                outcome = await self._write()
+            except asyncio.CancelledError:  # cut: stopped by the pupil, or the service shuts down
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                outcome = (QuestionStatus.INCOMPLETE, live.cut_reason or INTERRUPTED)
+            except Exception:
+                log.exception("answer %s failed", self.record.id)
                 outcome = (QuestionStatus.INCOMPLETE, MIDSTREAM_FAILURE)
-            else:
-                outcome = (QuestionStatus.ANSWERED, None)
-            self.record = self._finish(outcome, parts, token_times, usage, finish_reason)
-            if not await self._store_end():
-                yield Failed(self.record, NOT_SAVED)
-            elif outcome[1] is None:
-                yield Finished(self.record)
-            else:
-                yield Failed(self.record, outcome[1])
+            live.writing, live.storing = False, True
+            await self._end(outcome)
         finally:
-            with anyio.CancelScope(shield=True):
-                if outcome is None:
-                    # The consumer went away (the pupil closed the page): keep what was said so far.
-                    started = not isinstance(self._upstream, Waiting)
-                    outcome = (QuestionStatus.INCOMPLETE if started else QuestionStatus.FAILED, PUPIL_LEFT)
-                    self.record = self._finish(outcome, parts, token_times, usage, finish_reason)
-                    await self._store_end()
-                if isinstance(self._upstream, Waiting):
-                    pass  # it never started
-                elif reader.done:
-                    self._upstream.release()  # the connection goes back to the pool
-                else:
-                    self._upstream.close()  # vLLM aborts a request whose stream is closed
-                if self._metrics is not None:
-                    gaps = [later - earlier for earlier, later in zip(token_times, token_times[1:], strict=False)]
-                    self._metrics.observe(self.record, gaps, self._queue_wait_s)
+            if live.end is None:  # never expected: the end could not be stored, followers are told so
+                live.finish(Ended(self.record, NOT_SAVED))
+            self._answers.remove(self.record.id)
+
+    async def _write(self) -> tuple[QuestionStatus, str | None]:
+        """Wait for the turn if need be, then read vLLM's stream to its end: how the answer ended."""
+        live = self.live
+        if isinstance(self._upstream, Waiting):
+            waiting = self._upstream
+            try:
+                async with aclosing(waiting.places) as places:
+                    async for place in places:
+                        live.in_line(place)
+                self.record, self._upstream = await waiting.opener(self.record)
+            except TurnNotInTime:
+                return QuestionStatus.FAILED, WAITED_TOO_LONG
+            except NotStarted as exc:  # stored and counted failed already
+                self.record, self._metrics, self._stored = exc.record, None, True
+                return QuestionStatus.FAILED, exc.failure.message
+            live.place = 0
+            self._queue_wait_s = time.perf_counter() - self._started
+        upstream = self._upstream
+        reader = self._reader
+        token_times = self._token_times
+        add = live.add
+        clock = time.perf_counter
+        progress_s = self._progress_s
+        next_progress = clock() + progress_s
+        try:
+            async for data in upstream.content.iter_any():
+                piece = reader.feed(data)
+                if piece.finish_reason:
+                    self._finish_reason = piece.finish_reason
+                if piece.usage:
+                    self._usage = piece.usage
+                if piece.tokens:  # the time to first token is the first chunk with tokens, text or not yet
+                    now = clock()
+                    token_times.extend(itertools.repeat(now, piece.tokens))
+                    if piece.text:
+                        add(piece.text)
+                    if now >= next_progress:
+                        next_progress = now + progress_s
+                        self._store_progress()
+            if not reader.done:
+                raise StreamBroke("the stream ended before [DONE]")
+        except TimeoutError:  # nothing from vLLM for backend.read_timeout_s (aiohttp's sock_read)
+            log.warning("answer %s timed out waiting for the backend", self.record.id)
+            return QuestionStatus.INCOMPLETE, TOO_SLOW
+        except Exception:  # the stream broke: the connection cut, a protocol or server error mid-way
+            log.warning("answer %s cut short by the backend", self.record.id, exc_info=True)
+            return QuestionStatus.INCOMPLETE, MIDSTREAM_FAILURE
+        return QuestionStatus.ANSWERED, None
+
+    def _store_progress(self) -> None:
+        """The text so far into the record, beside the stream (at most one write at a time): a Redis outage
+        must not hold the answer up."""
+        if self._progress is None or self._progress.done():
+            record = self.record.model_copy(update={"answer": self.live.text()})
+            self._progress = asyncio.create_task(self._write_progress(record))
+
+    async def _write_progress(self, record: QuestionRecord) -> None:
+        try:
+            if await self._store.store_progress(record):
+                self.live.cut(STOPPED)  # the stop's message was missed: its key was not
+        except RedisError as exc:
+            log.warning("answer %s: its text so far could not be stored: %s", record.id, exc)
+
+    async def _end(self, outcome: tuple[QuestionStatus, str | None]) -> None:
+        """Close vLLM's stream (it aborts a request whose stream is closed), store the final record, tell the
+        answer's followers, record the metrics."""
+        upstream = self._upstream
+        if isinstance(upstream, aiohttp.ClientResponse):
+            if self._reader.done:
+                upstream.release()  # the connection goes back to the pool
+            else:
+                upstream.close()
+        status, message = outcome
+        if not self._stored:
+            if status == QuestionStatus.INCOMPLETE and not isinstance(upstream, aiohttp.ClientResponse):
+                status = QuestionStatus.FAILED  # cut before it started: no answer at all
+            self.record = self._finish((status, message))
+            if self._progress is not None:
+                await asyncio.gather(self._progress, return_exceptions=True)
+            if not await self._store_end():
+                message = NOT_SAVED
+        self.live.finish(Ended(self.record, message))
+        if self._metrics is not None:
+            times = self._token_times
+            gaps = [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+            self._metrics.observe(self.record, gaps, self._queue_wait_s)
 
     async def _store_end(self) -> bool:
         """Store the final record; False if Redis stayed unreachable through the client's retries (the record
@@ -219,35 +255,21 @@ class AnswerStream:
             return False
         return True
 
-    def _finish(
-        self,
-        outcome: tuple[QuestionStatus, str | None],
-        parts: list[str],
-        token_times: list[float],
-        usage: Usage | None,
-        finish_reason: str | None,
-    ) -> QuestionRecord:
+    def _finish(self, outcome: tuple[QuestionStatus, str | None]) -> QuestionRecord:
         status, error = outcome
+        times = self._token_times
         return self.record.model_copy(
             update={
                 "status": status,
                 "error": error,
-                "answer": "".join(parts),
-                "ttft_ms": (token_times[0] - self._started) * 1000 if token_times else None,
+                "answer": self.live.text(),
+                "ttft_ms": (times[0] - self._started) * 1000 if times else None,
                 "total_ms": self._elapsed_ms(),
-                "usage": usage,
-                "finish_reason": finish_reason,
+                "usage": self._usage,
+                "finish_reason": self._finish_reason,
                 "finished_at": utcnow(),
             }
         )
-
-    async def collect(self) -> QuestionRecord:
-        """Run the whole stream; for clients that want one JSON body."""
-        async with aclosing(self.events()) as events:
-            async for event in events:
-                if isinstance(event, Failed):
-                    raise BackendFailed(event.message)
-        return self.record
 
 
 class Answering:
@@ -267,6 +289,9 @@ class Answering:
         temperature: float,
         rate: RateLimit,
         longest_answer_s: int,
+        answers: LiveAnswers,
+        progress_s: float,
+        stop_wait_s: float,
     ) -> None:
         self._store = store
         self._prompts = prompts
@@ -281,12 +306,16 @@ class Answering:
         self._temperature = temperature
         self._rate = rate
         self._longest_answer_s = longest_answer_s
+        self._answers = answers
+        self._progress_s = progress_s
+        self._stop_wait_s = stop_wait_s
 
     async def ask(
         self, session_token: str | None, classroom_id: str, question: str, passage_id: str | None = None
-    ) -> AnswerStream:
-        """Admit, store and start a question about `passage_id` (the passage the pupil was reading; None: the
-        active one)."""
+    ) -> LiveAnswer:
+        """Admit a question about `passage_id` (the passage the pupil was reading; None: the active one) and
+        start its answer, which then runs to its end in this process whatever the pupil's connection does; the
+        pupil follows it (`follow`)."""
         started = time.perf_counter()
         pupil = await self._accounts.asking_pupil(session_token)
         if pupil.classroom_id != classroom_id:
@@ -336,17 +365,71 @@ class Answering:
             assert line is not None
             places = self._turns.wait(line, classroom_id, record.id, admission.place)
             waiting = Waiting(places, functools.partial(self._start, body=body, replicas=replicas, line=line))
-            return AnswerStream(record, waiting, self._store, self._metrics, started, line)
+            return self._answer(record, waiting, started, line)
         try:
             record, upstream = await self._start(record, body=body, replicas=replicas, line=line)
         except NotStarted as exc:
             raise exc.failure from None  # stored as failed already
-        except BaseException as exc:  # cancelled (the pupil left before the answer began), or a bug
+        except BaseException as exc:  # cancelled (the service shuts down before the answer began), or a bug
             with anyio.CancelScope(shield=True):
-                message = PUPIL_LEFT if isinstance(exc, asyncio.CancelledError) else NOT_STARTED
+                message = INTERRUPTED if isinstance(exc, asyncio.CancelledError) else NOT_STARTED
                 await self._fail(record, message, line)
             raise
-        return AnswerStream(record, upstream, self._store, self._metrics, started, line)
+        return self._answer(record, upstream, started, line)
+
+    def _answer(
+        self, record: QuestionRecord, upstream: aiohttp.ClientResponse | Waiting, started: float, line: TurnLine | None
+    ) -> LiveAnswer:
+        stream = AnswerStream(
+            LiveAnswer(record), upstream, self._store, self._metrics, started, line, self._answers, self._progress_s
+        )
+        return stream.start()
+
+    async def answer(
+        self, session_token: str | None, classroom_id: str, question: str, passage_id: str | None = None
+    ) -> QuestionRecord:
+        """The whole answer, for clients that want one JSON body."""
+        end = await (await self.ask(session_token, classroom_id, question, passage_id)).ended()
+        if end.message is not None:
+            raise BackendFailed(end.message)
+        return end.record
+
+    async def find(self, pupil_id: str, question_id: str) -> LiveAnswer | QuestionRecord:
+        """One of the pupil's own questions: its answer as this process writes it, else its stored record."""
+        live = self._answers.get(question_id)
+        if live is not None and live.record.pupil_id == pupil_id:
+            return live
+        record = await self._store.get_question(question_id)
+        if record is None or record.pupil_id != pupil_id:
+            raise QuestionNotFound()
+        return record
+
+    def follow(self, found: LiveAnswer | QuestionRecord, after: int) -> AsyncGenerator[Followed]:
+        """What the answer says after `after` characters, as it comes, then its end: from this process if it
+        writes it, else from its record (another process stores its text every `answer.progress_s`)."""
+        if isinstance(found, LiveAnswer):
+            return follow(found, after)
+        return follow_stored(self._store, found, after, self._progress_s / 2)
+
+    async def stop(self, pupil_id: str, question_id: str) -> None:
+        """End the pupil's answer now, on whichever process writes it, and wait (`answer.stop_wait_s` at most)
+        until it is stored as stopped."""
+        found = await self.find(pupil_id, question_id)
+        if isinstance(found, LiveAnswer):
+            if not found.cut(STOPPED) and found.cut_reason is None:
+                raise AnswerFinished()  # it has ended, or is storing the end it came to
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(found.ended(), self._stop_wait_s)
+            return
+        if found.status != QuestionStatus.ANSWERING:
+            raise AnswerFinished()
+        await self._store.request_stop(question_id, self._longest_answer_s)
+        deadline = time.monotonic() + self._stop_wait_s
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            record = await self._store.get_question(question_id)
+            if record is None or record.status != QuestionStatus.ANSWERING:
+                return
 
     async def _open_class(self, classroom_id: str, passage_id: str | None, *, stale: bool) -> tuple[int, Passage, str]:
         """The class a question is asked in, open and with a passage: its version, the passage asked about (the

@@ -192,6 +192,22 @@ class AnswerInProgress(ServiceError):
         super().__init__("Please wait until your answer has finished before you ask another question.")
 
 
+class QuestionNotFound(ServiceError):
+    status_code = 404
+    code = "question_not_found"
+
+    def __init__(self) -> None:
+        super().__init__("You have no such question. Reload the page to see your questions.")
+
+
+class AnswerFinished(ServiceError):
+    status_code = 409
+    code = "answer_finished"
+
+    def __init__(self) -> None:
+        super().__init__("This answer has already finished, so there is nothing to stop.")
+
+
 class TooManyQuestions(ServiceError):
     status_code = 429
     code = "too_many_questions"

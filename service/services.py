@@ -14,6 +14,7 @@ from service.answering import Answering
 from service.backends import BackendConfig
 from service.classes import ClassCache
 from service.fleet import Fleet
+from service.live import LiveAnswers
 from service.metrics import Metrics, ReplicaHealthCollector
 from service.model.prepare import ModelManifest, read_manifest
 from service.notices import ClassNotices
@@ -86,6 +87,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     abandoned = AbandonedAnswers(store, settings.answer.longest_s)
     classes = ClassCache(store, prompts)
     notices = ClassNotices(store, classes)
+    answers = LiveAnswers(store)
     answering = Answering(
         store,
         prompts,
@@ -100,6 +102,9 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         temperature=settings.answer.temperature,
         rate=RateLimit(most=settings.limits.questions_per_minute),
         longest_answer_s=math.ceil(settings.answer.longest_s),
+        answers=answers,
+        progress_s=settings.answer.progress_s,
+        stop_wait_s=settings.answer.stop_wait_s,
     )
     try:
         await open_connections(redis, settings.redis.warm_connections)
@@ -108,6 +113,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         await turns.start()
         await abandoned.start()
         await notices.start()
+        await answers.start()
         yield Services(
             settings=settings,
             redis=redis,
@@ -125,6 +131,9 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         )
     finally:
         await notices.close()
+        # Answers still being written (no pupil's connection kept the server waiting for them) end first,
+        # stored cut short with their text, while Redis and the backends' connections are still open.
+        await answers.close()
         await abandoned.close()
         await turns.close()
         await scrape.close()

@@ -135,6 +135,12 @@ class AnswerSettings(BaseModel):
     # A pupil may ask again only when their answer has ended; should a process die mid-answer, this
     # long at most. 256 tokens take ~20 s on a CPU with 0.5b, ~2 s on a GPU.
     longest_s: float = 180.0
+    # An answer is written to its end whatever the pupil's connection does; its text so far is stored in its
+    # record this often (one Redis command), so that a page that comes back to another service process
+    # follows it from there, and the pupil's history shows it.
+    progress_s: float = Field(default=1.0, gt=0)
+    # A pupil's Stop waits this long at most for the answer to be stored as stopped.
+    stop_wait_s: float = Field(default=5.0, ge=0)
     # passage_first: the passage opens every prompt, so a class shares it in vLLM's prefix cache
     # (prompts/README.md). question_first: the pupil's question before the passage, as a naive prompt would
     # have it, so pupils share only the instructions; for benchmarking what passage-first buys.

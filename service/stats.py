@@ -9,16 +9,19 @@ from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel, Field
 
-from service.answering import PUPIL_LEFT
+from service.live import STOPPED
 from service.records import QuestionRecord, QuestionStatus
 
 UNANSWERED = frozenset({QuestionStatus.FAILED, QuestionStatus.REFUSED, QuestionStatus.INCOMPLETE})
+# Ended by the pupil, not by us: Stop, and (in records stored before answers outlived their connection) a
+# pupil who closed the page.
+PUPILS_DOING = frozenset({STOPPED, "The pupil left before the answer finished."})
 
 
 class Figures(BaseModel):
     questions: int
     answered: int
-    errors: int = Field(description="questions without a whole answer for a reason on our side (not a pupil leaving)")
+    errors: int = Field(description="questions without a whole answer for a reason of ours (not a pupil stopping it)")
     ttft_p50_ms: float | None
     ttft_p95_ms: float | None
     prompt_tokens: int
@@ -39,8 +42,8 @@ def percentile(values: list[float], pct: int) -> float | None:
 
 
 def is_error(record: QuestionRecord) -> bool:
-    """Failed, refused for a full line, or cut short by the backend; a pupil who left is no error of ours."""
-    return record.status in UNANSWERED and record.error != PUPIL_LEFT
+    """Failed, refused for a full line, or cut short by the backend; a pupil who stopped it is no error of ours."""
+    return record.status in UNANSWERED and record.error not in PUPILS_DOING
 
 
 def figures(records: Iterable[QuestionRecord]) -> Figures:

@@ -15,7 +15,9 @@ Keys:
     cls:{id}:version                      bumped by every write to the class, its passages or its active one
     classes:changed                       pub/sub channel: the id of a class whose version was just bumped
     passage:{id}                          Passage
-    q:{id}                                QuestionRecord
+    q:{id}                                QuestionRecord (while answering, with the text so far: answer.progress_s)
+    q:{id}:stop                           set, for a while, when the pupil stops the answer (its writer checks)
+    answers:stop                          pub/sub channel: the id of a question whose pupil stopped its answer
     cls:{id}:questions                    sorted set of question ids, by time asked (also below)
     cls:{id}:questions:pupil:{name}       the same, for one display name (lower case): its first pupil's
     cls:{id}:questions:pupil#{n}:{name}   the same, for the n-th pupil (n > 1) who joined with that name
@@ -149,6 +151,14 @@ class Keys:
     @staticmethod
     def question(question_id: str) -> str:
         return f"q:{question_id}"
+
+    @staticmethod
+    def answer_stop(question_id: str) -> str:
+        return f"q:{question_id}:stop"
+
+    @staticmethod
+    def answer_stops() -> str:
+        return "answers:stop"
 
     @staticmethod
     def questions(classroom_id: str) -> str:
@@ -386,16 +396,31 @@ return 1
 """
 )
 
-# An abandoned answer's record finished as cut short, unless it changed since it was read (its own process
-# finished it after all): compare and set. Either way it leaves the index of answers being written.
+# An abandoned answer's record finished as cut short, unless it changed since it was read: compare and set.
+# It leaves the index of answers being written, unless it changed and is still being written (its process
+# stored more of its text since: it is alive after all).
 # KEYS: 1 question, 2 class events, 3 answers being written. ARGV: 1 the record as read, 2 as finished, 3 id.
 ABANDON = """
 local stored = redis.call('GET', KEYS[1])
+if stored ~= ARGV[1] then
+  -- still being written (its process stores the text so far): the next sweep looks again
+  if stored and cjson.decode(stored)['status'] == 'answering' then return 0 end
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  return 0
+end
 redis.call('ZREM', KEYS[3], ARGV[3])
-if stored ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
 redis.call('PUBLISH', KEYS[2], ARGV[2])
 return 1
+"""
+
+# An answer's text so far stored in its record, only while the record says it is being written (a late write
+# never undoes its end, nor a sweeper's); and whether its pupil asked to stop it.
+# KEYS: 1 question, 2 its stop key. ARGV: 1 record JSON.
+PROGRESS = """
+local stored = redis.call('GET', KEYS[1])
+if stored and cjson.decode(stored)['status'] == 'answering' then redis.call('SET', KEYS[1], ARGV[1]) end
+return redis.call('EXISTS', KEYS[2])
 """
 
 # Where a waiting question stands: 0 once its turn has come (or it is in no line: it goes ahead), else its
@@ -519,6 +544,7 @@ class Store:
         self._refuse = redis.register_script(REFUSE)
         self._turn_place = redis.register_script(TURN_PLACE)
         self._abandon = redis.register_script(ABANDON)
+        self._progress = redis.register_script(PROGRESS)
 
     # Teachers and their sessions
 
@@ -891,6 +917,28 @@ class Store:
         own process may have finished it after all); False if it changed."""
         keys = [Keys.question(finished.id), Keys.events(finished.classroom_id), Keys.answering()]
         return bool(await self._abandon(keys=keys, args=[stored, finished.model_dump_json(), finished.id]))
+
+    async def store_progress(self, record: QuestionRecord) -> bool:
+        """Store an answer's text so far (`record`, still answering), unless it has ended meanwhile; True if
+        its pupil asked to stop it."""
+        keys = [Keys.question(record.id), Keys.answer_stop(record.id)]
+        return bool(await self._progress(keys=keys, args=[record.model_dump_json()]))
+
+    async def request_stop(self, question_id: str, keep_s: int) -> None:
+        """Ask whichever process writes the answer to stop it: at once through the channel, and through a key
+        its next progress write finds, should the message be missed."""
+        async with self.redis.pipeline(transaction=True) as tx:
+            tx.set(Keys.answer_stop(question_id), "1", ex=keep_s)
+            tx.publish(Keys.answer_stops(), question_id)
+            await tx.execute()
+
+    async def answer_stops(self) -> AsyncIterator[str]:
+        """Ids of questions whose pupil asked to stop the answer, as they ask, until the consumer stops."""
+        async with self.redis.pubsub() as pubsub:
+            await pubsub.subscribe(Keys.answer_stops())
+            async for message in pubsub.listen():
+                if message["type"] == "message":
+                    yield _text(message["data"])
 
     async def turn_place(self, line: TurnLine, classroom_id: str, question_id: str) -> int:
         """0 once the question's turn has come (or it waits in no line), else its place in line."""

@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 from httpx_sse import connect_sse
 
-from service.answering import MIDSTREAM_FAILURE, PUPIL_LEFT
+from service.answering import MIDSTREAM_FAILURE
+from service.live import STOPPED
 from service.records import QuestionRecord, QuestionStatus
 from service.settings import PROJECT_ROOT, RoutingSettings, Settings
 from service.stats import figures
@@ -190,8 +191,8 @@ def test_errors_are_questions_left_unanswered_on_our_side() -> None:
             record(QuestionStatus.INCOMPLETE, MIDSTREAM_FAILURE),  # the backend stopped
             record(QuestionStatus.FAILED, "The answering service cannot be reached."),
             record(QuestionStatus.REFUSED, "Many pupils are asking."),
-            record(QuestionStatus.INCOMPLETE, PUPIL_LEFT),  # the pupil closed the page: not ours
-            record(QuestionStatus.FAILED, PUPIL_LEFT),  # left while waiting in line
+            record(QuestionStatus.INCOMPLETE, STOPPED),  # the pupil stopped it: not ours
+            record(QuestionStatus.FAILED, STOPPED),  # stopped while waiting in line
             record(QuestionStatus.ANSWERING),
         ]
     )

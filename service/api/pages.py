@@ -4,6 +4,7 @@ that needs a session it does not have sends the browser to where one is made."""
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
+from service.api.schemas import PUPIL_NAME_MAX_CHARS
 from service.deps import PUPIL_COOKIE, TEACHER_COOKIE, AccountsDep, ServicesDep, StoreDep, TemplatesDep
 from service.errors import ClassroomNotFound, ServiceError
 
@@ -16,7 +17,7 @@ async def join_page(request: Request, accounts: AccountsDep, templates: Template
         await accounts.pupil(request.cookies.get(PUPIL_COOKIE))
         return RedirectResponse("/class", status_code=303)
     except ServiceError:
-        return templates.TemplateResponse(request, "join.html")
+        return templates.TemplateResponse(request, "join.html", {"name_max_chars": PUPIL_NAME_MAX_CHARS})
 
 
 @router.get("/class", response_class=HTMLResponse)

@@ -2,13 +2,13 @@
 
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from service.answering import AnswerStream, Failed, Finished, InLine, Token
 from service.api.bodies import ApiRoute
 from service.api.event_stream import STREAM_HEADERS, EventStream
 from service.api.schemas import (
@@ -36,6 +36,7 @@ from service.deps import (
     client_of,
     set_session_cookie,
 )
+from service.live import Followed, Queued, Said
 
 router = APIRouter(tags=["pupil"], route_class=ApiRoute, responses=errors(*STORE))
 
@@ -112,30 +113,34 @@ def _event(name: bytes, data: bytes) -> bytes:
     return b"event: " + name + b"\ndata: " + data + b"\n\n"
 
 
-async def sse_events(stream: AnswerStream) -> AsyncGenerator[bytes]:
-    """`question` first, `queued` with the place in line while the question waits for its turn, then `token`s,
-    and always one final event: `done` or `error`. Encoded here, once each: every token of every answer
-    passes through."""
-    yield _event(b"question", orjson.dumps({"question_id": stream.record.id}))
-    async with aclosing(stream.events()) as events:
-        async for event in events:
-            if isinstance(event, Token):
-                yield b"event: token\ndata: " + orjson.dumps({"text": event.text}) + b"\n\n"
-            elif isinstance(event, InLine):
+async def sse_events(events: AsyncGenerator[Followed], question_id: str | None = None) -> AsyncGenerator[bytes]:
+    """`question` first (on the stream that asks it), `queued` with the place in line while the question waits
+    for its turn, then `token`s, each with the answer's length in characters after it as its SSE `id` (what a
+    page that comes back sends as `Last-Event-ID`), and always one final event: `done` or `error`. Encoded
+    here, once each: every token of every answer passes through."""
+    if question_id is not None:
+        yield _event(b"question", orjson.dumps({"question_id": question_id}))
+    async with aclosing(events) as followed:
+        async for event in followed:
+            if isinstance(event, Said):
+                yield b"event: token\nid: %d\ndata: %b\n\n" % (event.offset, orjson.dumps({"text": event.text}))
+            elif isinstance(event, Queued):
                 yield _event(b"queued", orjson.dumps({"place": event.place}))
-            elif isinstance(event, Finished):
+            elif event.message is None:
                 yield _event(b"done", Answer.of(event.record).model_dump_json().encode())
-            elif isinstance(event, Failed):
+            else:
                 yield _event(b"error", orjson.dumps({"question_id": event.record.id, "message": event.message}))
+
+
+SSE: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "SSE stream, or one JSON body"}
+}
 
 
 @router.post(
     "/api/classrooms/{classroom_id}/questions",
     response_model=Answer,
-    responses={
-        200: {"content": {"text/event-stream": {}}, "description": "SSE stream, or one JSON body"},
-        **errors(*JSON_BODY, 401, 404, 409, 429, 502, 503),
-    },
+    responses={**SSE, **errors(*JSON_BODY, 401, 404, 409, 429, 502, 503)},
 )
 async def ask(
     classroom_id: str,
@@ -144,10 +149,54 @@ async def ask(
     services: ServicesDep,
     request: Request,
 ) -> object:
-    """Answers as Server-Sent Events; with `Accept: application/json`, as one JSON body. (The pupil's session
-    is checked where the question is admitted: `Answering.ask`.)"""
-    stream = await answering.ask(request.cookies.get(PUPIL_COOKIE), classroom_id, body.question, body.passage_id)
+    """Answers as Server-Sent Events; with `Accept: application/json`, as one JSON body. The answer is written
+    to its end whatever this connection does: a page that loses it follows the rest through
+    `GET /api/pupil/questions/{question_id}/events`. (The pupil's session is checked where the question is
+    admitted: `Answering.ask`.)"""
+    token = request.cookies.get(PUPIL_COOKIE)
     accept = request.headers.get("accept", "")
     if "application/json" in accept and "text/event-stream" not in accept:
-        return JSONResponse(Answer.of(await stream.collect()).model_dump(mode="json"))
-    return EventStream(sse_events(stream), keepalive_s=services.settings.answer.keepalive_s)
+        record = await answering.answer(token, classroom_id, body.question, body.passage_id)
+        return JSONResponse(Answer.of(record).model_dump(mode="json"))
+    live = await answering.ask(token, classroom_id, body.question, body.passage_id)
+    events = answering.follow(live, 0)
+    return EventStream(sse_events(events, live.record.id), keepalive_s=services.settings.answer.keepalive_s)
+
+
+@router.get(
+    "/api/pupil/questions/{question_id}/events",
+    response_class=EventStream,
+    status_code=200,
+    responses={
+        200: {
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": "SSE stream: `token`s from the offset, then `done` or `error`",
+        },
+        **errors(*STORE, 401, 404, 422, json_route=False),
+    },
+)
+async def follow_answer(
+    question_id: str,
+    pupil: CurrentPupil,
+    answering: AnsweringDep,
+    services: ServicesDep,
+    after: Annotated[int | None, Query(ge=0, description="characters of the answer the page has already")] = None,
+    last_event_id: Annotated[
+        int | None, Header(alias="Last-Event-ID", ge=0, description="the `id` of the last token event received")
+    ] = None,
+) -> EventStream:
+    """One of the pupil's own answers, from where the page left it (`Last-Event-ID`, else `after`, else the
+    start), on any service process: the rest said so far in one `token` event, then each piece as it comes,
+    then the final `done` or `error` event exactly as the question's own stream ends it; for an answer that
+    ended, the rest and its final event at once."""
+    found = await answering.find(pupil.pupil_id, question_id)
+    offset = last_event_id if last_event_id is not None else after or 0
+    events = answering.follow(found, offset)
+    return EventStream(sse_events(events), keepalive_s=services.settings.answer.keepalive_s)
+
+
+@router.post("/api/pupil/questions/{question_id}/stop", status_code=204, responses=errors(*WRITE, 401, 404, 409, 422))
+async def stop_answer(question_id: str, pupil: CurrentPupil, answering: AnsweringDep) -> None:
+    """End one of the pupil's own answers now, on whichever service process writes it: vLLM stops generating,
+    and the answer is stored `incomplete` with what it said so far. 409 if it has finished already."""
+    await answering.stop(pupil.pupil_id, question_id)

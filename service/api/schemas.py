@@ -36,8 +36,13 @@ Text = Annotated[str, AfterValidator(_printable)]
 Name = Annotated[
     str, StringConstraints(min_length=1, max_length=100), AfterValidator(_stripped), AfterValidator(_one_line)
 ]
+# The join page says so as the pupil types (it does not cut a longer name short).
+PUPIL_NAME_MAX_CHARS = 40
 PupilName = Annotated[
-    str, StringConstraints(min_length=1, max_length=40), AfterValidator(_stripped), AfterValidator(_one_line)
+    str,
+    StringConstraints(min_length=1, max_length=PUPIL_NAME_MAX_CHARS),
+    AfterValidator(_stripped),
+    AfterValidator(_one_line),
 ]
 
 
@@ -64,9 +69,10 @@ ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
         "Not allowed here (another class, a closed or archived class, not the operator), or sent by another website",
         {},
     ),
-    404: ("No such classroom, passage or class code", {}),
+    404: ("No such classroom, passage, class code or question of the pupil's", {}),
     409: (
-        "The class has no passage yet, the pupil's answer has not finished, or the passage is the one pupils see",
+        "The class has no passage yet, the pupil's answer has not finished or has (nothing to stop), the passage "
+        "the pupil read was taken away, or the passage is the one pupils see",
         {},
     ),
     413: ("The body is larger than the route takes", {}),
