@@ -8,6 +8,10 @@ let classroomId = null;
 // The question shown above its answer: its id, the `id` of the last token received, whether it has ended.
 const current = { id: null, lastId: 0, ended: true };
 let askAgainAt = 0; // Date.now() until which the service asked us to wait (429 Retry-After)
+// The passage this page shows (a question names it, so it is answered about what the pupil reads), and
+// whether the class takes questions; both follow the teacher's changes (`watchClass`).
+let reading = null;
+let classOpen = true;
 
 const question = $("question");
 const maxChars = Number(question.dataset.maxChars);
@@ -15,9 +19,10 @@ const letters = (text) => [...text].length; // as the service counts them (code 
 
 function showPassage(passage) {
   const text = $("passage-text");
+  reading = passage ? passage.id : null;
   if (!passage) {
     $("passage-title").textContent = "No passage yet";
-    text.replaceChildren(el("p", { text: "Your teacher has not chosen a passage yet. Wait a moment and reload the page." }));
+    text.replaceChildren(el("p", { text: "Your teacher has not chosen a passage yet. It will appear here as soon as they do." }));
     return;
   }
   $("passage-title").textContent = passage.title;
@@ -159,7 +164,7 @@ async function followAnswer(response) {
 function updateAskButton() {
   const button = $("ask-button");
   const wait = Math.ceil((askAgainAt - Date.now()) / 1000);
-  button.disabled = !current.ended || wait > 0;
+  button.disabled = !current.ended || wait > 0 || !classOpen;
   button.textContent = wait > 0 ? `Ask (wait ${wait} s)` : "Ask";
 }
 
@@ -190,6 +195,30 @@ function updateCount() {
   $("ask-error").dataset.tooLong = sentence ? "yes" : "";
 }
 
+// What the teacher changes while the page is open: the passage to read (shown at once, with a sentence
+// saying so) and whether the class takes questions. The browser reconnects by itself; each connection
+// starts with the class as it is, so a change made meanwhile is not missed.
+function watchClass() {
+  const source = new EventSource("/api/pupil/events");
+  source.addEventListener("class", (event) => {
+    const { is_open: isOpen, passage } = JSON.parse(event.data);
+    const newId = passage ? passage.id : null;
+    if (newId !== reading) {
+      const before = reading;
+      showPassage(passage);
+      if (before !== null || passage) {
+        $("passage-notice").textContent = passage
+          ? `Your teacher has changed the passage. You are now reading “${passage.title}”.`
+          : "Your teacher has taken the passage away for now.";
+        $("passage-notice").hidden = false;
+      }
+    }
+    classOpen = isOpen;
+    $("class-closed").hidden = isOpen;
+    updateAskButton();
+  });
+}
+
 async function load() {
   const response = await api("GET", "/api/pupil/me");
   if (response.status === 401) return window.location.assign("/");
@@ -197,6 +226,9 @@ async function load() {
   const me = await response.json();
   classroomId = me.classroom_id;
   showPassage(me.passage);
+  classOpen = me.is_open;
+  $("class-closed").hidden = me.is_open;
+  watchClass();
   // An answer still being written (the page was reloaded, or came back): show it and follow it again.
   const questions = await loadHistory();
   const writing = questions.find((q) => q.status === "answering");
@@ -221,14 +253,19 @@ $("ask-form").addEventListener("submit", async (event) => {
   const response = await fetch(`/api/classrooms/${classroomId}/questions`, {
     method: "POST",
     headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
-    body: JSON.stringify({ question: text }),
+    body: JSON.stringify({ question: text, passage_id: reading }),
   }).catch(() => null);
   if (!response) {
     updateAskButton();
     return ($("ask-error").textContent = "The server cannot be reached. Check the connection and try again.");
   }
   if (!response.ok) {
+    const gone = response.status === 409 && (await response.clone().json().catch(() => ({}))).error?.code === "passage_gone";
     $("ask-error").textContent = await errorMessage(response);
+    if (gone) { // the question stays in its box; the passage to read now is shown
+      const me = await api("GET", "/api/pupil/me");
+      if (me.ok) showPassage((await me.json()).passage);
+    }
     const retryAfter = Number(response.headers.get("Retry-After"));
     if (response.status === 429 && retryAfter > 0) waitToAsk(retryAfter);
     else updateAskButton();
