@@ -1,6 +1,8 @@
 """Small clients of the service's API, shared by the tests: a signed-in teacher, joined pupils."""
 
 import asyncio
+import csv
+import io
 import json
 import random
 import time
@@ -154,6 +156,19 @@ def ask_streaming(pupil: httpx.Client, classroom_id: str, question: str) -> Stre
     return result
 
 
+def ask_then_stop(pupil: httpx.Client, classroom_id: str, question: str) -> str:
+    """Asks, and presses Stop after the first words: the answer ends cut short (leaving would not cut it)."""
+    url = f"/api/classrooms/{classroom_id}/questions"
+    with connect_sse(pupil, "POST", url, json={"question": question}) as source:
+        for event in source.iter_sse():
+            if event.event == "question":
+                question_id: str = json.loads(event.data)["question_id"]
+            elif event.event == "token":
+                assert pupil.post(f"/api/pupil/questions/{question_id}/stop").status_code == 204
+                return question_id
+    raise AssertionError("the answer ended before its first words could be stopped")
+
+
 def ask_json(pupil: httpx.Client, classroom_id: str, question: str) -> httpx.Response:
     return pupil.post(
         f"/api/classrooms/{classroom_id}/questions",
@@ -167,6 +182,13 @@ def stored_questions(teacher: httpx.Client, classroom_id: str, **filters: str) -
     assert response.status_code == 200, response.text
     questions: list[dict[str, Any]] = response.json()["questions"]
     return questions
+
+
+def exported_rows(teacher: httpx.Client, classroom_id: str) -> list[dict[str, str]]:
+    """The questions' CSV as a spreadsheet reads it: Excel's byte-order mark dropped, one dict per row."""
+    response = teacher.get(f"/api/classrooms/{classroom_id}/questions.csv")
+    assert response.status_code == 200, response.text
+    return list(csv.DictReader(io.StringIO(response.content.decode("utf-8-sig"))))
 
 
 def error_of(response: httpx.Response) -> dict[str, str]:

@@ -24,6 +24,7 @@ from tests.helpers import (
     add_passage,
     ask_json,
     ask_streaming,
+    ask_then_stop,
     create_classroom,
     joined_pupil,
     metric_samples,
@@ -199,16 +200,7 @@ def test_metrics_agree_with_the_stored_records(teacher: httpx.Client, join: Join
     add_passage(teacher, classroom["id"], passage_text(150))
     for name in ("Ada", "Ben", "Cy"):
         assert ask_streaming(join(classroom["join_code"], name), classroom["id"], "Why?").done is not None
-    # A fourth answer is cut short: its pupil stops it after the first words (leaving would no longer cut it).
-    stopping = join(classroom["join_code"], "Di")
-    url = f"/api/classrooms/{classroom['id']}/questions"
-    with connect_sse(stopping, "POST", url, json={"question": "Stopping early?"}) as source:
-        for event in source.iter_sse():
-            if event.event == "question":
-                question_id = json.loads(event.data)["question_id"]
-            if event.event == "token":
-                assert stopping.post(f"/api/pupil/questions/{question_id}/stop").status_code == 204
-                break
+    ask_then_stop(join(classroom["join_code"], "Di"), classroom["id"], "Stopping early?")  # cut short
     wait_for(lambda: stored_questions(teacher, classroom["id"])[0]["status"] == "incomplete", "stored as cut short")
 
     records = stored_questions(teacher, classroom["id"])

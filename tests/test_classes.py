@@ -1,8 +1,6 @@
 """Teachers' classes: the list (when made, how many questions), archiving and deleting, pupils who typed the
 same name, and the questions feed's pupil filter and pages; on the real Redis and vLLM."""
 
-import csv
-import io
 from contextlib import closing
 
 import httpx
@@ -15,6 +13,7 @@ from tests.helpers import (
     ask_json,
     create_classroom,
     error_of,
+    exported_rows,
     passage_text,
     seed_questions,
     signed_in_teacher,
@@ -132,8 +131,8 @@ def test_pupils_who_typed_the_same_name_are_told_apart(teacher: httpx.Client, jo
     passage_id = questions[0]["passage_id"]
     assert len(stored_questions(teacher, cid, pupil="ad", passage_id=passage_id)) == 3
     assert stored_questions(teacher, cid, pupil="ad", passage_id="another") == []
-    rows = list(csv.DictReader(io.StringIO(teacher.get(f"/api/classrooms/{cid}/questions.csv").text)))
-    assert sorted(r["pupil"] for r in rows) == ["Ada", "Adam", "Ben", "ada (2)"]
+    rows = exported_rows(teacher, cid)
+    assert sorted(r["Pupil"] for r in rows) == ["Ada", "Adam", "Ben", "ada (2)"]
 
 
 def test_the_questions_feed_comes_in_pages_newest_first(teacher: httpx.Client, join: Join, settings: Settings) -> None:

@@ -8,7 +8,15 @@ import pytest
 
 from tests.conftest import Join
 from tests.documents import docx_bytes, pdf_bytes
-from tests.helpers import add_passage, ask_json, create_classroom, error_of, passage_text, stored_questions
+from tests.helpers import (
+    add_passage,
+    ask_json,
+    create_classroom,
+    error_of,
+    exported_rows,
+    passage_text,
+    stored_questions,
+)
 
 BEES = ["Honeybees live in colonies.", "Worker bees collect nectar from flowers."]
 
@@ -196,8 +204,8 @@ def test_editing_a_passage_makes_a_new_version_and_its_questions_keep_the_old(
     assert detail["former_passages"] == [{"id": bees["id"], "title": "Bees", "version": 1}]
     (asked,) = stored_questions(teacher, cid)
     assert asked["passage_id"] == bees["id"]
-    rows = list(csv.DictReader(io.StringIO(teacher.get(f"/api/classrooms/{cid}/questions.csv").text)))
-    assert [r["passage"] for r in rows] == ["Bees"]  # the title it was asked about
+    rows = exported_rows(teacher, cid)
+    assert [r["Passage"] for r in rows] == ["Bees"]  # the title it was asked about
 
     # A passage pupils do not see stays unpublished; an old version is no longer in the list.
     quiet = teacher.put(f"/api/classrooms/{cid}/passages/{ants['id']}", json={"title": "Ants", "text": "Ants dig."})
@@ -239,8 +247,8 @@ def test_deleting_a_passage_keeps_it_for_its_questions_but_not_the_one_pupils_se
     assert detail["former_passages"] == [{"id": bees["id"], "title": "Bees", "version": 1}]
     assert [q["passage_id"] for q in stored_questions(teacher, cid)] == [bees["id"]]
     assert [q["question"] for q in stored_questions(teacher, cid, passage_id=bees["id"])] == ["Why do bees dance?"]
-    rows = list(csv.DictReader(io.StringIO(teacher.get(f"/api/classrooms/{cid}/questions.csv").text)))
-    assert [r["passage"] for r in rows] == ["Bees"]
+    rows = exported_rows(teacher, cid)
+    assert [r["Passage"] for r in rows] == ["Bees"]
     for response in (
         teacher.delete(f"/api/classrooms/{cid}/passages/{bees['id']}"),
         teacher.put(f"/api/classrooms/{cid}/active-passage", json={"passage_id": bees["id"]}),

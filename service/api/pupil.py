@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from service.api.bodies import ApiRoute
-from service.api.event_stream import STREAM_HEADERS, EventStream
+from service.api.event_stream import STREAM_HEADERS, EventStream, event_stream_documented
 from service.api.schemas import (
     JSON_BODY,
     STORE,
@@ -78,11 +78,10 @@ async def my_class(pupil: CurrentPupil, store: StoreDep) -> PupilView:
     "/api/pupil/events",
     response_class=EventSourceResponse,
     responses={
-        200: {
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-            "description": "`event: class`, what the page shows of the class (ClassNotice), on connecting and on "
-            "every change: a passage published, the class closed or reopened",
-        },
+        200: event_stream_documented(
+            "`event: class`, what the page shows of the class (ClassNotice), on connecting and on "
+            "every change: a passage published, the class closed or reopened"
+        ),
         **errors(401),
     },
 )
@@ -133,7 +132,9 @@ async def sse_events(events: AsyncGenerator[Followed], question_id: str | None =
 
 
 SSE: dict[int | str, dict[str, Any]] = {
-    200: {"content": {"text/event-stream": {}}, "description": "SSE stream, or one JSON body"}
+    200: event_stream_documented(
+        "SSE stream (`question`, `queued`, `token`s, then `done` or `error`), or one JSON body"
+    )
 }
 
 
@@ -168,10 +169,7 @@ async def ask(
     response_class=EventStream,
     status_code=200,
     responses={
-        200: {
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-            "description": "SSE stream: `token`s from the offset, then `done` or `error`",
-        },
+        200: event_stream_documented("SSE stream: `token`s from the offset, then `done` or `error`"),
         **errors(*STORE, 401, 404, 422, json_route=False),
     },
 )

@@ -9,7 +9,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from service import stats
 from service.api.bodies import ApiRoute
-from service.api.event_stream import STREAM_HEADERS
+from service.api.event_stream import STREAM_HEADERS, event_stream_documented
 from service.api.schemas import (
     JSON_BODY,
     STORE,
@@ -276,10 +276,9 @@ async def export_questions(classroom: OwnClassroom, store: StoreDep, services: S
     "/api/classrooms/{classroom_id}/events",
     response_class=EventSourceResponse,
     responses={
-        200: {
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
-            "description": "`event: question`, the question as the teacher sees it, when asked and when answered",
-        },
+        200: event_stream_documented(
+            "`event: question`, the question as the teacher sees it, when asked and when answered"
+        ),
         **errors(*CLASS),
     },
 )
