@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from service.model.prepare import prepare_model
+from service.local.model.prepare import prepare_model
 from service.settings import PROJECT_ROOT, StandinSize
 
 from .parts import PASSWORD, TEACHER, machine, passage, running_parts, serve, until_warmed

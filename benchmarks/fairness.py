@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
-from service.model.prepare import prepare_model
+from service.local.model.prepare import prepare_model
 from service.settings import PROJECT_ROOT
 
 from .parts import PASSWORD, TEACHER, machine, passage, running_parts, serve, until_warmed

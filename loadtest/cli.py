@@ -19,7 +19,7 @@ from loadtest.results import RunConfig, RunResult, WorkloadInfo
 from loadtest.runner import SweepPlan, run
 from loadtest.scheduler import DEFAULT_MAX_IN_FLIGHT, Profile
 from loadtest.workload import Workload, classroom, seed_workload, synthetic
-from service.prompting import Prompts
+from service.classroom.prompting import Prompts
 from service.settings import Settings
 
 app = typer.Typer(help="The pre-rollout load test: latency, quality and cost of a variant.", no_args_is_help=True)
@@ -223,7 +223,7 @@ def _teacher(settings: Settings, email: str | None) -> tuple[str, str]:
         if not password:
             raise typer.BadParameter("set CLASSROOM_LOADTEST_TEACHER_PASSWORD", param_hint="--teacher-email")
         return email, password
-    from service.accounts import add_teacher  # reaches the service's Redis, as `classroom teacher add` does
+    from service.classroom.accounts import add_teacher  # reaches the service's Redis, as `classroom teacher add` does
 
     email, password = f"loadtest-{uuid.uuid4().hex[:10]}@loadtest.invalid", secrets.token_urlsafe(16)
     asyncio.run(add_teacher(settings, email, "Load test", password))

@@ -18,7 +18,7 @@ import httpx
 
 from loadtest.results import RequestRecord
 from loadtest.workload import RequestSpec, Workload
-from service.vllm_stream import brings_tokens
+from service.backends.vllm_stream import brings_tokens
 
 # Generous: a cold prompt on 2 CPU cores can take tens of seconds before its first token.
 READ_TIMEOUT_S = 300.0

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from loadtest.results import Environment, ModelInfo
-from service.model.prepare import read_manifest
+from service.local.model.prepare import read_manifest
 
 # vllm and torch where the client runs in the server's environment (the GPU machine: one interpreter).
 CLIENT_PACKAGES = ("classroom-assistant", "httpx", "numpy", "pydantic", "tokenizers", "openai", "vllm", "torch")

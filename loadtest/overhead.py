@@ -15,8 +15,8 @@ from loadtest.client import VllmTarget
 from loadtest.scheduler import Profile, run_profile
 from loadtest.stats import Figures, figures
 from loadtest.workload import Workload, synthetic
-from service.processes import free_port
-from service.tokens import ModelTokenizer
+from service.backends.tokens import ModelTokenizer
+from service.local.processes import free_port
 
 
 class OverheadResult(BaseModel):

@@ -5,9 +5,9 @@ the client timed: stats.server_timing)."""
 import httpx
 
 from loadtest.results import CacheCounters
-from service.vllm_metrics import root_url, sum_samples
+from service.backends.vllm_metrics import root_url, sum_samples
 
-# Each field, and the sample names vLLM has used for it (the newest first, as service.vllm_metrics keys them).
+# Each field, and the sample names vLLM has used for it (the newest first, as service.backends.vllm_metrics keys them).
 # vLLM's TTFT runs from the API server's arrival of the request to its first token leaving the engine; its
 # ITL histogram observes every gap between two tokens of a request (`time_per_output_token` was its name
 # before 0.11).

@@ -92,7 +92,7 @@ def error_kind(r: RequestRecord) -> str:
     """The error's kind. Through the pupil API, an answer that ended normally with output tokens but no
     text at all is an `empty_answer` (the stand-in's random tokens can all decode to nothing): nothing
     reached the pupil, so it counts as a failure, but not as the server's. (Straight from vLLM, such
-    tokens are timed like any others: service.vllm_stream.)"""
+    tokens are timed like any others: service.backends.vllm_stream.)"""
     kind = r.error or "no_token"
     if kind == "no_token" and (r.output_tokens or 0) > 0:
         return "empty_answer"

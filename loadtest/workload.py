@@ -3,7 +3,7 @@
 - synthetic: prompts of exactly P tokens after the chat template (vLLM's usage.prompt_tokens), outputs of
   exactly O tokens (ignore_eos with min_tokens = max_tokens), every prompt different from the start;
 - classroom: C classes of N pupils, each class one passage of exactly L tokens placed first (the service's
-  own prompt layout, service/prompting.py); each class asks as a burst (every pupil at once, when the
+  own prompt layout, service/classroom/prompting.py); each class asks as a burst (every pupil at once, when the
   teacher says "now ask"), then as a trickle of single questions;
 - seed: the bee passage and its two questions, a smoke test.
 
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.results import ClassInfo, WorkloadKind
-from service.prompting import Prompts
-from service.tokens import ModelTokenizer
+from service.backends.tokens import ModelTokenizer
+from service.classroom.prompting import Prompts
 
 DATA = Path(__file__).with_name("data")
 # Words that are one token with their leading space ("Ġword" in the vocabulary): text made of them has

@@ -50,7 +50,7 @@ def serve(settings: Settings, workers: int | None = None) -> None:
     """The service under uvicorn, on uvloop and httptools (the fastest loop and HTTP parser it has), in
     `workers` processes (default: the settings' count) behind one port. More than one worker read their
     settings from the environment, as this process did, and add up their metrics through a folder of their
-    own (service/scrape.py)."""
+    own (service/telemetry/scrape.py)."""
     count = workers or settings.api.resolved_workers(os.cpu_count() or 1)
     api = settings.api
     if count == 1:

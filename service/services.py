@@ -8,24 +8,24 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
-from service.abandoned import AbandonedAnswers
-from service.accounts import Accounts
-from service.answering import Answering
-from service.backends import BackendConfig
-from service.classes import ClassCache
-from service.fleet import Fleet
-from service.live import LiveAnswers
-from service.metrics import Metrics, ReplicaHealthCollector
-from service.model.prepare import ModelManifest, read_manifest
-from service.notices import ClassNotices
-from service.passages import Passages
-from service.prompting import Prompts
-from service.scrape import Scrape
+from service.backends.fleet import Fleet
+from service.backends.routing import BackendConfig
+from service.backends.turns import Turns
+from service.backends.upstream import Upstream
+from service.backends.warmup import Warmup
+from service.classroom.abandoned import AbandonedAnswers
+from service.classroom.accounts import Accounts
+from service.classroom.answering import Answering
+from service.classroom.class_cache import ClassCache
+from service.classroom.live import LiveAnswers
+from service.classroom.notices import ClassNotices
+from service.classroom.passages import Passages
+from service.classroom.prompting import Prompts
+from service.local.model.prepare import ModelManifest, read_manifest
 from service.settings import Settings
 from service.store import RateLimit, Store, connect, open_connections
-from service.turns import Turns
-from service.upstream import Upstream
-from service.warmup import Warmup
+from service.telemetry.prometheus import Metrics, ReplicaHealthCollector
+from service.telemetry.scrape import Scrape
 
 
 @dataclass(frozen=True)

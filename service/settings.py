@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service import vllm_metrics
+from service.backends import vllm_metrics
 
 StandinSize = Literal["tiny", "0.5b", "1.5b"]
 PROJECT_ROOT = Path(__file__).resolve().parents[1]

@@ -58,7 +58,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.exceptions import WatchError
 
-from service.backends import BackendConfig
+from service.backends.routing import BackendConfig
 from service.errors import ClassroomNotFound, PassageInUse, PassageNotFound
 from service.records import (
     Classroom,

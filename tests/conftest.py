@@ -24,12 +24,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.applications import Starlette
 
 from service.app import create_app
-from service.backend.flags import detect_device
-from service.backend.server import start_vllm
-from service.backend.venv import ensure_vllm_venv
-from service.model.prepare import prepare_model
-from service.processes import ManagedProcess, free_port
-from service.redis_server import start_redis
+from service.local.model.prepare import prepare_model
+from service.local.processes import ManagedProcess, free_port
+from service.local.redis_server import start_redis
+from service.local.vllm_server.flags import detect_device
+from service.local.vllm_server.server import start_vllm
+from service.local.vllm_server.venv import ensure_vllm_venv
 from service.settings import AnswerSettings, BackendSettings, ModelSettings, RedisSettings, Settings
 from tests.helpers import answers_readyz, joined_pupil, signed_in_teacher
 
@@ -205,7 +205,7 @@ class ServerThread:
 class RunningService:
     url: str
     log: Path
-    metrics_dir: Path  # where its workers meet (service/scrape.py)
+    metrics_dir: Path  # where its workers meet (service/telemetry/scrape.py)
 
 
 @contextmanager

@@ -16,11 +16,11 @@ import httpx
 from httpx_sse import connect_sse
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.accounts import add_teacher
+from service.backends.warmup import BURST_MAX_TOKENS
+from service.classroom.accounts import add_teacher
 from service.records import QuestionRecord, QuestionStatus, Usage
 from service.settings import Settings
 from service.store import Store, connect
-from service.warmup import BURST_MAX_TOKENS
 
 SENTENCES = [
     "Honeybees live in colonies of many thousands, with one queen, a few hundred drones and many workers.",
@@ -254,6 +254,6 @@ def requests_asking_for(vllm_metrics: dict[str, list[tuple[dict[str, str], float
 
 
 def warmup_burst_requests(vllm_metrics: dict[str, list[tuple[dict[str, str], float]]]) -> float:
-    """Requests a replica finished that a warm-up burst sent (service/warmup.py)."""
+    """Requests a replica finished that a warm-up burst sent (service/backends/warmup.py)."""
     assert 5 < BURST_MAX_TOKENS <= 10
     return requests_asking_for(vllm_metrics, 5, 10)

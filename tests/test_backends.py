@@ -15,10 +15,10 @@ from httpx_sse import connect_sse
 from typer.testing import CliRunner
 
 from service.app import create_app
-from service.backends import rendezvous_order
-from service.cli import app
+from service.backends.routing import rendezvous_order
+from service.backends.vllm_metrics import VLLM_NAMES, parse_vllm_metrics, sum_samples
+from service.local.cli import app
 from service.settings import PROJECT_ROOT, RoutingSettings, Settings
-from service.vllm_metrics import VLLM_NAMES, parse_vllm_metrics, sum_samples
 from tests.conftest import Join, ServerThread, Vllm, isolated, report
 from tests.helpers import (
     add_passage,

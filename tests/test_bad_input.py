@@ -8,7 +8,7 @@ from contextlib import closing
 import httpx
 
 from service.app import create_app
-from service.processes import free_port
+from service.local.processes import free_port
 from service.settings import Settings
 from tests.conftest import Join, ServerThread, isolated
 from tests.helpers import (

@@ -9,11 +9,11 @@ from pathlib import Path
 import httpx
 from httpx_sse import connect_sse
 
-from service.answering import MIDSTREAM_FAILURE
-from service.live import STOPPED
+from service.classroom.answering import MIDSTREAM_FAILURE
+from service.classroom.figures import figures
+from service.classroom.live import STOPPED
 from service.records import QuestionRecord, QuestionStatus
 from service.settings import PROJECT_ROOT, RoutingSettings, Settings
-from service.stats import figures
 from tests.conftest import Join, Vllm, isolated
 from tests.helpers import (
     add_passage,

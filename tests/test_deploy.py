@@ -19,9 +19,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from service.backend.flags import serve_env, serve_flags
-from service.backend.venv import GPU_PACKAGES
-from service.model.prepare import read_manifest
+from service.local.model.prepare import read_manifest
+from service.local.vllm_server.flags import serve_env, serve_flags
+from service.local.vllm_server.venv import GPU_PACKAGES
 from service.settings import BackendSettings, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def yaml_docs(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-# --- vLLM's arguments, from service/backend/flags.py only ------------------------------------------------
+# --- vLLM's arguments, from service/local/vllm_server/flags.py only ------------------------------------------------
 
 
 @pytest.fixture(scope="module")

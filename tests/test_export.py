@@ -12,7 +12,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from service.export import questions_csv
+from service.classroom.export import questions_csv
 from service.records import Passage, QuestionRecord, QuestionStatus, Usage
 from service.settings import SchoolSettings, Settings
 from tests.conftest import Join

@@ -4,7 +4,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from service.backends import rendezvous_order
+from service.backends.routing import rendezvous_order
 from service.settings import AnswerSettings, RoutingSettings, Settings
 from tests.conftest import Vllm, isolated
 from tests.helpers import (

@@ -12,9 +12,9 @@ import httpx
 import pytest
 from safetensors import safe_open
 
-from service import capacity as cap
-from service.model.prepare import MANIFEST
-from service.processes import free_port
+from service.local import capacity as cap
+from service.local.model.prepare import MANIFEST
+from service.local.processes import free_port
 from service.settings import Settings
 from tests.conftest import STATE, report
 from tests.test_deploy import SCRIPTS, run, script_env

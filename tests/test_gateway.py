@@ -19,8 +19,8 @@ import pytest
 from benchmarks.gateway import Answer, ask_service
 from loadtest.results import RunResult
 from service.app import create_app
+from service.backends.upstream import ReplicaNotAnswering, ReplicaRefused, Upstream
 from service.settings import AnswerSettings, BackendSettings, Settings
-from service.upstream import ReplicaNotAnswering, ReplicaRefused, Upstream
 from tests.conftest import ServerThread, Vllm, isolated, service_process
 from tests.helpers import add_passage, create_classroom, joined_pupil, passage_text, signed_in_teacher, stored_questions
 
@@ -91,7 +91,7 @@ def unaccepting_port() -> Iterator[int]:
 
 
 def test_a_connection_not_made_in_time_is_not_a_refused_one(unaccepting_port: int) -> None:
-    """Only a refused connection marks a replica down (service/answering.py); one that is merely not made
+    """Only a refused connection marks a replica down (service/classroom/answering.py); one that is merely not made
     within the connect timeout, as when this process's event loop runs late, leaves that to the prober."""
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))

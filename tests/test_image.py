@@ -12,7 +12,7 @@ from pathlib import Path
 import dockerfile
 import httpx
 
-from service.processes import ManagedProcess, free_port
+from service.local.processes import ManagedProcess, free_port
 from service.settings import Settings
 from tests.helpers import answers_readyz
 

@@ -16,8 +16,8 @@ from loadtest.client import Timeline, VllmTarget
 from loadtest.results import RequestRecord, RunResult
 from loadtest.stats import figures
 from loadtest.workload import RequestSpec, Workload, synthetic
+from service.backends.tokens import ModelTokenizer
 from service.settings import Settings
-from service.tokens import ModelTokenizer
 from tests.conftest import Vllm, report
 
 pytestmark = pytest.mark.vllm

@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 from typer.testing import CliRunner
 
-from service.cli import app
-from service.model.prepare import read_manifest
-from service.model.standin import SHAPES, parameter_count, random_weights
-from service.tokens import ModelTokenizer
+from service.backends.tokens import ModelTokenizer
+from service.local.cli import app
+from service.local.model.prepare import read_manifest
+from service.local.model.standin import SHAPES, parameter_count, random_weights
 
 # ../shared/MODEL.md: Qwen2.5's default system turn, as the real tokenizer encodes it.
 DEFAULT_SYSTEM_TURN = (

@@ -11,8 +11,8 @@ import httpx
 from httpx_sse import connect_sse
 
 from service.app import create_app
-from service.processes import free_port
-from service.redis_server import start_redis
+from service.local.processes import free_port
+from service.local.redis_server import start_redis
 from service.settings import RedisSettings, Settings
 from tests.conftest import STATE, Join, ServerThread
 from tests.helpers import (

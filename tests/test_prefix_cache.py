@@ -4,7 +4,7 @@ once (by the warm-up, or else by the first pupil)."""
 import httpx
 from openai import OpenAI
 
-from service.prompting import Prompts
+from service.classroom.prompting import Prompts
 from service.settings import Settings
 from tests.conftest import Join, Vllm, report
 from tests.helpers import (

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from service.classroom.prompting import Prompts
 from service.errors import InvalidInput, PassageTooLong, QuestionTooLong
-from service.prompting import Prompts
 from service.settings import AnswerSettings, ModelSettings, Settings
 
 text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=0, max_size=300)

@@ -11,7 +11,7 @@ from string import Template
 import httpx
 
 from service.app import create_app
-from service.processes import ManagedProcess, free_port
+from service.local.processes import ManagedProcess, free_port
 from service.settings import PROJECT_ROOT, AnswerSettings, Settings
 from tests.conftest import STATE, Join, ServerThread, isolated
 from tests.fakes import FAKE_WORDS, fake_backend_slow_to_first_token

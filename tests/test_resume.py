@@ -14,7 +14,7 @@ import pytest
 from httpx_sse import ServerSentEvent, connect_sse
 
 from service.app import create_app
-from service.live import INTERRUPTED, STOPPED
+from service.classroom.live import INTERRUPTED, STOPPED
 from service.settings import Settings
 from tests.conftest import RunningService, ServerThread, Vllm, isolated, service_process
 from tests.helpers import (

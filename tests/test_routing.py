@@ -3,10 +3,18 @@
 import pytest
 from pydantic import ValidationError
 
-from service.backends import BackendConfig, Canary, Router, Variant, rendezvous_order, replica_order, variant_for
+from service.backends.routing import (
+    BackendConfig,
+    Canary,
+    Router,
+    Variant,
+    rendezvous_order,
+    replica_order,
+    variant_for,
+)
+from service.backends.vllm_metrics import parse_vllm_metrics
+from service.classroom.figures import percentile
 from service.settings import PROJECT_ROOT
-from service.stats import percentile
-from service.vllm_metrics import parse_vllm_metrics
 
 A, B, C = "http://a:8000/v1", "http://b:8000/v1", "http://c:8000/v1"
 PASSAGES = [f"passage-{i}" for i in range(2000)]

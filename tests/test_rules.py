@@ -6,8 +6,8 @@ from contextlib import closing
 import httpx
 from httpx_sse import connect_sse
 
+from service.api.deps import PUPIL_COOKIE
 from service.app import create_app
-from service.deps import PUPIL_COOKIE
 from service.settings import AuthSettings, LimitSettings, Settings
 from tests.conftest import Join, ServerThread
 from tests.helpers import (

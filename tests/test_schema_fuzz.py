@@ -28,7 +28,7 @@ from schemathesis.generation.case import Case as DrawnCase
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from service.app import create_app
-from service.processes import free_port
+from service.local.processes import free_port
 from service.settings import Settings
 from tests.conftest import ROOT, ServerThread, isolated, report
 from tests.helpers import (

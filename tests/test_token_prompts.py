@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service import prompting
 from service.app import create_app
-from service.prompting import PromptLayout, Prompts
+from service.backends.vllm_stream import StreamReader
+from service.classroom import prompting
+from service.classroom.prompting import PromptLayout, Prompts
 from service.settings import AnswerSettings, BackendSettings, ModelSettings, Settings
-from service.vllm_stream import StreamReader
 from tests.conftest import ServerThread, Vllm, isolated, report
 from tests.helpers import (
     add_passage,

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from service.app import create_app
+from service.backends.vllm_metrics import sum_samples
 from service.settings import RoutingSettings, Settings
 from service.store import Store, connect
-from service.vllm_metrics import sum_samples
 from tests.conftest import ServerThread, Vllm, isolated, report
 from tests.helpers import warmup_burst_requests
 from tests.test_backends import wait_for
@@ -55,7 +55,7 @@ def burst_lines(caplog: pytest.LogCaptureFixture, url: str) -> list[str]:
 def test_a_replica_gets_one_burst_however_many_service_processes_see_it_up(
     settings: Settings, vllm: Vllm, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="service.warmup")
+    caplog.set_level(logging.INFO, logger="service.backends.warmup")
     own = isolated(settings, routing=RoutingSettings(**QUICK))
     size = own.routing.warmup_burst
     assert size == 32  # the default, as deployed
@@ -85,7 +85,7 @@ def test_a_replica_gets_one_burst_however_many_service_processes_see_it_up(
 
 
 def test_warmup_burst_0_sends_none(settings: Settings, vllm: Vllm, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="service.warmup")
+    caplog.set_level(logging.INFO, logger="service.backends.warmup")
     own = isolated(settings, routing=RoutingSettings(warmup_burst=0, **QUICK))
     quiet(vllm)
     before = answered(vllm), counted(vllm, "vllm:prompt_tokens_total")

@@ -1,6 +1,6 @@
 """The service as several worker processes behind one port (`classroom serve --workers 2`), on the real
 Redis and vLLM: every worker answers pupils, and /metrics, whichever worker a scrape reaches, counts every
-stored question once (service/scrape.py)."""
+stored question once (service/telemetry/scrape.py)."""
 
 import socket
 import time

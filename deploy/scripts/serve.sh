@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Step 3: serve one variant. Both go through `classroom backend start`, so they run with the same flags
-# and served model name (service/backend/flags.py); only the model folder differs.
+# and served model name (service/local/vllm_server/flags.py); only the model folder differs.
 #   deploy/scripts/serve.sh original|fp8
 # Address: CLASSROOM_BACKEND__BASE_URL (default http://127.0.0.1:8100/v1). Stop: `classroom backend stop`.
 # shellcheck source=deploy/scripts/lib.sh

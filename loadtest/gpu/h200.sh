@@ -70,7 +70,7 @@ service_env() {  # PORT BACKEND_PORT REDIS_DB
 start_service() {  # PORT BACKEND_PORT REDIS_DB [NAME=VALUE of the lever...]
   local log=$GPU_LOGS/service-$1.log
   # shellcheck disable=SC2046
-  env $(service_env "$1" "$2" "$3") "${@:4}" setsid python3 -c "from service.cli import app; app()" serve > "$log" 2>&1 < /dev/null &
+  env $(service_env "$1" "$2" "$3") "${@:4}" setsid python3 -c "from service.local.cli import app; app()" serve > "$log" 2>&1 < /dev/null &
   for _ in $(seq 1 600); do
     python3 -c "import urllib.request as u,sys; u.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$1/readyz" 2>/dev/null \
       && { echo "service on $1 ready (vLLM on $2)"; return 0; }
@@ -93,7 +93,7 @@ decision-prepare)
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .devkit/extra/*.whl
   install -m 755 .devkit/extra/py-spy /tmp/py-spy
   tar xzf .devkit/redis/redis.tgz -C /tmp
-  python3 -c "from pathlib import Path; from service.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
+  python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
   PYTHONPATH=/tmp/lc_site:/tmp/site python3 /tmp/gpu/fp8_llmcompressor.py $M/original $M/fp8 2>&1 | tail -2
   cp $M/original/classroom-model.json $M/fp8/
   bash /tmp/gpu/serve.sh bf16 8000 $M/original --enable-prefix-caching --gpu-memory-utilization 0.4 --api-server-count 4 &
@@ -135,7 +135,7 @@ decision-runs)
   # The service's own time during bursts: every worker sampled (CPU only, not idle waits), without pausing them.
   # shellcheck disable=SC2046  # service_env's words are the variables to set
   env $(service_env 8093 8000 4) "$tok" setsid /tmp/py-spy record --subprocesses --nonblocking -r 250 -f raw \
-    -o "$R/pyspy-service-bursts.txt" -- python3 -c "from service.cli import app; app()" serve > "$GPU_LOGS/service-8093.log" 2>&1 < /dev/null &
+    -o "$R/pyspy-service-bursts.txt" -- python3 -c "from service.local.cli import app; app()" serve > "$GPU_LOGS/service-8093.log" 2>&1 < /dev/null &
   spy=$!
   for _ in $(seq 1 600); do
     python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8093/readyz', timeout=2)" 2>/dev/null && break
@@ -175,7 +175,7 @@ decision-seed)
   tar czf "${OUT:-/tmp/out}/seed.tgz" -C "${R%/*}" "${R##*/}" && rm -rf "$R"
   ;;
 service-prepare)
-  python3 -c "from pathlib import Path; from service.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
+  python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
   # Both at once (each loads its own copy; ~2 min instead of ~4).
   bash /tmp/gpu/serve.sh a1 8000 $M/original --enable-prefix-caching --gpu-memory-utilization 0.4 &
   sleep 20  # the first to claim its share of the GPU's memory before the second measures what is free
@@ -267,7 +267,7 @@ service-agreement)
     --out "$R/agreement-vllm-bench-h200.json" | tail -16
   ;;
 prepare)
-  python3 -c "from pathlib import Path; from service.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
+  python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
   PYTHONPATH=/tmp/lc_site:/tmp/site python3 /tmp/gpu/fp8_llmcompressor.py $M/original $M/fp8 2>&1 | tail -2
   cp $M/original/classroom-model.json $M/fp8/
   bash /tmp/gpu/serve.sh bf16 8000 $M/original --enable-prefix-caching --gpu-memory-utilization 0.4

@@ -11,8 +11,8 @@ from pydantic import BaseModel
 from loadtest.quality import lmeval
 from loadtest.quality.logprobs import Agreement, PositionStats, compare_positions, generate, score, summarize
 from loadtest.quality.rubric import STANDIN_WARNING, RubricResult, Scorer, load_rubrics
-from service.model.prepare import read_manifest
-from service.prompting import Prompts
+from service.classroom.prompting import Prompts
+from service.local.model.prepare import read_manifest
 from service.settings import Settings
 
 quality_app = typer.Typer(help="Quality: rubric scores, original-vs-FP8 agreement, lm-eval.", no_args_is_help=True)

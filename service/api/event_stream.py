@@ -5,7 +5,7 @@ tasks and a cancel scope for every event of a response; an answer is finite and 
 this one costs one task and a timer a response and one `send` an event (benchmarks/results/gateway.md).
 What it keeps: a comment after every `keepalive_s` of silence, so that proxies with idle timeouts do not cut
 a stream that waits for its first token; and the client disconnecting ends the events' generator at once,
-even while it waits. An answer's events only follow it (`service.live`): ending them leaves the answer to be
+even while it waits. An answer's events only follow it (`service.classroom.live`): ending them leaves the answer to be
 written to its end.
 """
 

@@ -1,13 +1,15 @@
-"""Liveness and readiness, for people and for orchestrators' probes."""
+"""Liveness and readiness, for people and for orchestrators' probes, and Prometheus' scrape of the service's metrics
+(service.telemetry.prometheus) over all its worker processes."""
 
 import anyio
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
 
 from service.api.bodies import ApiRoute
+from service.api.deps import ServicesDep
 from service.api.schemas import Readiness
-from service.deps import ServicesDep
 
 router = APIRouter(tags=["health"], route_class=ApiRoute)
 
@@ -43,3 +45,8 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     body = Readiness(redis=redis, backend=backend, model=model)
     ready = redis == "ok" and backend == "ok"
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get("/metrics", include_in_schema=False, tags=["metrics"])
+async def metrics(services: ServicesDep) -> Response:
+    return Response(await services.scrape.text(), media_type=CONTENT_TYPE_LATEST)

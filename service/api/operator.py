@@ -11,15 +11,15 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, ValidationError
 
-from service import stats
 from service.api.bodies import ApiRoute
+from service.api.deps import OperatorAuth, ServicesDep, StoreDep
 from service.api.schemas import JSON_BODY, STORE, WRITE, errors
-from service.backends import BackendConfig, Canary, Variant
-from service.deps import OperatorAuth, ServicesDep, StoreDep
+from service.backends.fleet import Fleet
+from service.backends.routing import BackendConfig, Canary, Variant
+from service.backends.vllm_metrics import VllmFigures
+from service.classroom import figures
 from service.errors import InvalidInput
-from service.fleet import Fleet
 from service.records import QuestionRecord
-from service.vllm_metrics import VllmFigures
 
 # Without the operator's token, every route here answers 403.
 router = APIRouter(prefix="/api/operator", tags=["operator"], route_class=ApiRoute, responses=errors(403, *STORE))
@@ -60,12 +60,12 @@ class ClassroomLabel(BaseModel):
 
 class StatsOut(BaseModel):
     window_s: int
-    overall: stats.Figures
-    by_variant: dict[str, stats.Figures]
-    by_replica: dict[str, stats.Figures]
-    by_classroom: dict[str, stats.Figures]
+    overall: figures.Figures
+    by_variant: dict[str, figures.Figures]
+    by_replica: dict[str, figures.Figures]
+    by_classroom: dict[str, figures.Figures]
     classrooms: dict[str, ClassroomLabel] = Field(description="the classrooms of by_classroom that still exist")
-    series: dict[str, list[stats.Point]] = Field(description="per variant, per minute")
+    series: dict[str, list[figures.Point]] = Field(description="per variant, per minute")
 
 
 class ClassroomRouting(BaseModel):
@@ -169,10 +169,10 @@ async def operator_stats(_: OperatorAuth, services: ServicesDep, window_s: Windo
     teachers = await store.teachers(c.teacher_id for c in classrooms.values())
     return StatsOut(
         window_s=window_s,
-        overall=stats.figures(records),
-        by_variant=stats.breakdown(records, lambda r: r.variant or "none"),
-        by_replica=stats.breakdown(records, lambda r: r.replica or "none"),
-        by_classroom=stats.breakdown(records, lambda r: r.classroom_id),
+        overall=figures.figures(records),
+        by_variant=figures.breakdown(records, lambda r: r.variant or "none"),
+        by_replica=figures.breakdown(records, lambda r: r.replica or "none"),
+        by_classroom=figures.breakdown(records, lambda r: r.classroom_id),
         classrooms={
             c.id: ClassroomLabel(
                 name=c.name,
@@ -182,7 +182,7 @@ async def operator_stats(_: OperatorAuth, services: ServicesDep, window_s: Windo
             for c in classrooms.values()
         },
         series={
-            variant: stats.series([r for r in records if (r.variant or "none") == variant], since, until, 60)
+            variant: figures.series([r for r in records if (r.variant or "none") == variant], since, until, 60)
             for variant in sorted({r.variant or "none" for r in records})
         },
     )

@@ -4,8 +4,8 @@ that needs a session it does not have sends the browser to where one is made."""
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
+from service.api.deps import PUPIL_COOKIE, TEACHER_COOKIE, AccountsDep, ServicesDep, StoreDep, TemplatesDep
 from service.api.schemas import PUPIL_NAME_MAX_CHARS
-from service.deps import PUPIL_COOKIE, TEACHER_COOKIE, AccountsDep, ServicesDep, StoreDep, TemplatesDep
 from service.errors import ClassroomNotFound, ServiceError
 
 router = APIRouter(tags=["pages"], include_in_schema=False)

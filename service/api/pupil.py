@@ -10,6 +10,16 @@ from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from service.api.bodies import ApiRoute
+from service.api.deps import (
+    PUPIL_COOKIE,
+    AccountsDep,
+    AnsweringDep,
+    CurrentPupil,
+    ServicesDep,
+    StoreDep,
+    client_of,
+    set_session_cookie,
+)
 from service.api.event_stream import STREAM_HEADERS, EventStream, event_stream_documented
 from service.api.schemas import (
     JSON_BODY,
@@ -26,17 +36,7 @@ from service.api.schemas import (
     PupilView,
     errors,
 )
-from service.deps import (
-    PUPIL_COOKIE,
-    AccountsDep,
-    AnsweringDep,
-    CurrentPupil,
-    ServicesDep,
-    StoreDep,
-    client_of,
-    set_session_cookie,
-)
-from service.live import Followed, Queued, Said
+from service.classroom.live import Followed, Queued, Said
 
 router = APIRouter(tags=["pupil"], route_class=ApiRoute, responses=errors(*STORE))
 

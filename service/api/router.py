@@ -2,13 +2,12 @@
 
 from fastapi import APIRouter
 
-from service.api import health, metrics, operator, pages, pupil, teacher
+from service.api import health, operator, pages, pupil, teacher
 
 api_router = APIRouter()
 # Routes are matched in order: the pupils', which every question takes, first.
 api_router.include_router(pupil.router)
 api_router.include_router(health.router)
-api_router.include_router(metrics.router)
 api_router.include_router(teacher.router)
 api_router.include_router(operator.router)
 api_router.include_router(pages.router)

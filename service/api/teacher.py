@@ -7,8 +7,19 @@ from typing import Annotated
 from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from service import stats
 from service.api.bodies import ApiRoute
+from service.api.deps import (
+    TEACHER_COOKIE,
+    AccountsDep,
+    CurrentTeacher,
+    OwnClassroom,
+    PassagesDep,
+    PromptsDep,
+    ServicesDep,
+    StoreDep,
+    client_of,
+    set_session_cookie,
+)
 from service.api.event_stream import STREAM_HEADERS, event_stream_documented
 from service.api.schemas import (
     JSON_BODY,
@@ -33,22 +44,11 @@ from service.api.schemas import (
     UpdateClassroom,
     errors,
 )
-from service.deps import (
-    TEACHER_COOKIE,
-    AccountsDep,
-    CurrentTeacher,
-    OwnClassroom,
-    PassagesDep,
-    PromptsDep,
-    ServicesDep,
-    StoreDep,
-    client_of,
-    set_session_cookie,
-)
-from service.documents import read_document
+from service.classroom import figures
+from service.classroom.documents import read_document
+from service.classroom.export import attachment, questions_csv
+from service.classroom.prompting import Prompts
 from service.errors import FileTooLarge
-from service.export import attachment, questions_csv
-from service.prompting import Prompts
 from service.records import Classroom, Passage, pupil_label, utcnow
 from service.store import Store
 
@@ -247,10 +247,10 @@ async def classroom_stats(
     classroom: OwnClassroom,
     store: StoreDep,
     window_s: Annotated[int, Query(ge=60, le=7 * 24 * 3600, description="seconds back from now")] = 3600,
-) -> stats.Figures:
+) -> figures.Figures:
     """The class's time to first token (p50, p95) and cache hit ratio over the window (default: an hour)."""
     until = time.time()
-    return stats.figures(await store.questions_between(until - window_s, until, classroom.id))
+    return figures.figures(await store.questions_between(until - window_s, until, classroom.id))
 
 
 @router.get(

@@ -81,7 +81,7 @@ SHAPES: dict[StandinSize, Shape] = {
 
 def chat_template() -> str:
     """Qwen2.5-Instruct's chat template, as published in its tokenizer_config.json."""
-    return resources.files("service.model").joinpath("qwen2_5_chat_template.jinja").read_text()
+    return resources.files("service.local.model").joinpath("qwen2_5_chat_template.jinja").read_text()
 
 
 def build_tokenizer() -> Tokenizer:

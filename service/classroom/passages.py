@@ -1,11 +1,11 @@
 """Passages of a classroom: added within the token budget, published (one of them active for the pupils),
 edited as new versions and deleted; the questions asked about one keep it."""
 
+from service.backends.warmup import Warmup
+from service.classroom.prompting import Prompts
 from service.errors import PassageNotFound
-from service.prompting import Prompts
 from service.records import Passage
 from service.store import Store, new_id
-from service.warmup import Warmup
 
 
 class Passages:

@@ -4,7 +4,7 @@
 stores it in one atomic step in Redis before any model call (so nothing is lost; `Store.admit_question`),
 and opens the stream on the replica the fleet plans for this passage before the HTTP response starts, so
 a dead backend is still a plain 503 (the next replica is tried first). The answer is then written by a task
-of this process, `AnswerStream.run`, to its end whatever the pupil's connection does (`service.live`): it
+of this process, `AnswerStream.run`, to its end whatever the pupil's connection does (`service.classroom.live`): it
 turns vLLM's raw stream into the answer's text, which the pupil's connections follow, and on every way out
 (answered, cut by the backend, stopped by the pupil, interrupted by a shutdown) stores the result and
 records the metrics. `Answering.follow` and `Answering.stop` find a pupil's answer again, in this process or
@@ -31,8 +31,14 @@ import aiohttp
 import anyio
 from redis.exceptions import RedisError
 
-from service.accounts import Accounts
-from service.classes import ClassCache
+from service.backends.fleet import Fleet
+from service.backends.turns import TurnNotInTime, Turns
+from service.backends.upstream import ReplicaAnswered, ReplicaNotAnswering, ReplicaRefused, Upstream
+from service.backends.vllm_stream import StreamBroke, StreamReader
+from service.classroom.accounts import Accounts
+from service.classroom.class_cache import ClassCache
+from service.classroom.live import INTERRUPTED, STOPPED, Ended, Followed, LiveAnswer, LiveAnswers, follow, follow_stored
+from service.classroom.prompting import Prompts
 from service.errors import (
     WAITED_TOO_LONG,
     AnswerFinished,
@@ -49,15 +55,9 @@ from service.errors import (
     TooManyQuestions,
     WrongClassroom,
 )
-from service.fleet import Fleet
-from service.live import INTERRUPTED, STOPPED, Ended, Followed, LiveAnswer, LiveAnswers, follow, follow_stored
-from service.metrics import Metrics
-from service.prompting import Prompts
 from service.records import Passage, QuestionRecord, QuestionStatus, Usage, utcnow
 from service.store import RateLimit, Store, TurnLine, new_id
-from service.turns import TurnNotInTime, Turns
-from service.upstream import ReplicaAnswered, ReplicaNotAnswering, ReplicaRefused, Upstream
-from service.vllm_stream import StreamBroke, StreamReader
+from service.telemetry.prometheus import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,8 @@ class Waiting:
 
 class AnswerStream:
     """An answer being written (or waiting for its turn) by a task of its own, `run`, whatever its pupil's
-    connection does: its text goes to `live`, which the pupil's connections follow (`service.live`). Its record
-    is stored, and the metrics recorded, however it ends: answered, cut by the backend or the read timeout,
+    connection does: its text goes to `live`, which the pupil's connections follow (`service.classroom.live`).
+    Its record is stored, and the metrics recorded, however it ends: answered, cut by the backend or the read timeout,
     stopped by the pupil, or interrupted by the service shutting down."""
 
     def __init__(
@@ -247,7 +247,7 @@ class AnswerStream:
 
     async def _store_end(self) -> bool:
         """Store the final record; False if Redis stayed unreachable through the client's retries (the record
-        stays "answering" until `service.abandoned` finishes it, its turn and the pupil's lock lapse)."""
+        stays "answering" until `service.classroom.abandoned` finishes it, its turn and the pupil's lock lapse)."""
         try:
             await self._store.finish_question(self.record, self._line)
         except RedisError as exc:

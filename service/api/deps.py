@@ -8,11 +8,11 @@ from typing import Annotated
 from fastapi import Depends, Request, Response
 from fastapi.templating import Jinja2Templates
 
-from service.accounts import Accounts
-from service.answering import Answering
+from service.classroom.accounts import Accounts
+from service.classroom.answering import Answering
+from service.classroom.passages import Passages
+from service.classroom.prompting import Prompts
 from service.errors import ClassroomNotFound, OperatorOnly
-from service.passages import Passages
-from service.prompting import Prompts
 from service.records import Classroom, PupilSession, Teacher
 from service.services import Services
 from service.store import Store

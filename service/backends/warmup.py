@@ -28,11 +28,11 @@ from openai import APIError
 from openai.types.chat import ChatCompletionMessageParam
 from redis.exceptions import RedisError
 
-from service.fleet import Fleet
-from service.metrics import Metrics
-from service.prompting import Prompts
+from service.backends.fleet import Fleet
+from service.classroom.prompting import Prompts
 from service.records import Passage
 from service.store import Store
+from service.telemetry.prometheus import Metrics
 
 log = logging.getLogger(__name__)
 

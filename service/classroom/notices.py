@@ -9,7 +9,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator
 
-from service.classes import CachedClass, ClassCache
+from service.classroom.class_cache import CachedClass, ClassCache
 from service.errors import ClassroomNotFound
 from service.store import Store
 

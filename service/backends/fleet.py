@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import httpx
 from openai import AsyncOpenAI, Timeout
 
-from service.backends import BackendConfig, Router
+from service.backends.routing import BackendConfig, Router
+from service.backends.vllm_metrics import VllmFigures, parse_vllm_metrics, root_url, started_at
 from service.settings import Settings
 from service.store import Store, connect
-from service.vllm_metrics import VllmFigures, parse_vllm_metrics, root_url, started_at
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class Fleet:
         if url not in self._clients:
             backend = self._settings.backend
             timeout = Timeout(backend.read_timeout_s, connect=backend.connect_timeout_s)
-            # For warm-up; pupils' answers stream through service/upstream.py.
+            # For warm-up; pupils' answers stream through service/backends/upstream.py.
             self._clients[url] = AsyncOpenAI(
                 base_url=url,
                 api_key=backend.api_key.get_secret_value(),

@@ -24,9 +24,9 @@ import orjson
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from openai.types.chat import ChatCompletionMessageParam
 
+from service.backends.tokens import ModelTokenizer
 from service.errors import InvalidInput, PassageTooLong, QuestionTooLong
 from service.settings import Settings
-from service.tokens import ModelTokenizer
 
 PromptLayout = Literal["passage_first", "question_first"]
 PromptFormat = Literal["chat", "token_ids"]

@@ -12,7 +12,7 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel
 
-from service.model.standin import SHAPES, build_standin, parameter_count
+from service.local.model.standin import SHAPES, build_standin, parameter_count
 from service.settings import StandinSize
 
 MANIFEST = "classroom-model.json"

@@ -14,7 +14,7 @@ passage), so their system messages are kept by passage id.
 from dataclasses import dataclass
 from typing import TypeVar
 
-from service.prompting import Prompts
+from service.classroom.prompting import Prompts
 from service.records import Classroom, Passage
 from service.store import ClassState, Store
 

@@ -1,6 +1,6 @@
 """What `GET /metrics` answers: this process's metrics, or all its sibling workers' added up.
 
-Each service process counts what it served in its own registry (service/metrics.py). Run as several
+Each service process counts what it served in its own registry (service/telemetry/prometheus.py). Run as several
 worker processes behind one port (`classroom serve --workers N`), a scrape reaches any one of them, so each
 worker also answers, on a Unix socket in a folder the workers share (`api.metrics_dir`), with its own
 registry's text; the worker that the scrape reached reads every other's and adds them up, sample by sample

@@ -6,7 +6,7 @@ from pathlib import Path
 import redis
 import redis.exceptions
 
-from service.processes import ManagedProcess, ProcessFailed
+from service.local.processes import ManagedProcess, ProcessFailed
 
 STARTUP_TIMEOUT_S = 20.0
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel, Field
 
-from service.live import STOPPED
+from service.classroom.live import STOPPED
 from service.records import QuestionRecord, QuestionStatus
 
 UNANSWERED = frozenset({QuestionStatus.FAILED, QuestionStatus.REFUSED, QuestionStatus.INCOMPLETE})

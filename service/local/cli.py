@@ -7,18 +7,18 @@ from typing import Annotated, get_args
 
 import typer
 
-from service import capacity as cap
-from service.accounts import add_teacher
-from service.backend import server as vllm_server
-from service.backend.flags import Device, detect_device, serve_env, serve_flags
-from service.backend.venv import ensure_vllm_venv
-from service.backends import BackendConfig
+from service.backends.fleet import load_backends, shared_backends
+from service.backends.routing import BackendConfig
+from service.classroom.accounts import add_teacher
 from service.errors import InvalidInput
-from service.fleet import load_backends, shared_backends
-from service.model.prepare import announce, prepare_model
-from service.processes import stop_pidfile
+from service.local import capacity as cap
+from service.local.model.prepare import announce, prepare_model
+from service.local.processes import stop_pidfile
+from service.local.stack import run_stack
+from service.local.vllm_server import server as vllm_server
+from service.local.vllm_server.flags import Device, detect_device, serve_env, serve_flags
+from service.local.vllm_server.venv import ensure_vllm_venv
 from service.settings import Settings, StandinSize
-from service.stack import run_stack
 
 app = typer.Typer(help="classroom-assistant: a reading assistant for classrooms.", no_args_is_help=True)
 model_app = typer.Typer(help="The model folder that vLLM serves.", no_args_is_help=True)

@@ -5,14 +5,14 @@ import secrets
 from collections.abc import Callable
 from contextlib import ExitStack
 
-from service.accounts import Accounts
 from service.app import serve
-from service.backend import server as vllm_server
-from service.backend.flags import detect_device
-from service.backend.venv import ensure_vllm_venv
-from service.model.prepare import announce, prepare_model
-from service.redis_server import is_ready as redis_ready
-from service.redis_server import start_redis
+from service.classroom.accounts import Accounts
+from service.local.model.prepare import announce, prepare_model
+from service.local.redis_server import is_ready as redis_ready
+from service.local.redis_server import start_redis
+from service.local.vllm_server import server as vllm_server
+from service.local.vllm_server.flags import detect_device
+from service.local.vllm_server.venv import ensure_vllm_venv
 from service.settings import Settings
 from service.store import Store, connect
 

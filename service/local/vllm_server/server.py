@@ -1,12 +1,12 @@
-"""Start, probe and stop a vLLM server with the flags of `service.backend.flags`."""
+"""Start, probe and stop a vLLM server with the flags of `service.local.vllm_server.flags`."""
 
 import os
 from pathlib import Path
 
 import httpx
 
-from service.backend.flags import Device, serve_command, serve_env
-from service.processes import ManagedProcess
+from service.local.processes import ManagedProcess
+from service.local.vllm_server.flags import Device, serve_command, serve_env
 from service.settings import Settings
 
 
