@@ -20,7 +20,7 @@ from service.backends.warmup import BURST_MAX_TOKENS
 from service.classroom.accounts import add_teacher
 from service.records import QuestionRecord, QuestionStatus, Usage
 from service.settings import Settings
-from service.store import Store, connect
+from service.store import open_store
 
 SENTENCES = [
     "Honeybees live in colonies of many thousands, with one queen, a few hundred drones and many workers.",
@@ -98,9 +98,8 @@ def seed_questions(
     start = time.time() - count
 
     async def store_them() -> list[str]:
-        redis = connect(settings.redis.url)
-        try:
-            store, ids = Store(redis), []
+        async with open_store(settings.redis.url) as store:
+            ids = []
             for i in range(count):
                 name, number = pupils[i % len(pupils)]
                 record = QuestionRecord(
@@ -113,8 +112,6 @@ def seed_questions(
                 await store.refuse_question(record)  # stores and indexes it as it is (the status is ours)
                 ids.append(record.id)
             return ids
-        finally:
-            await redis.aclose()
 
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, store_them()).result()

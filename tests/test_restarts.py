@@ -31,7 +31,8 @@ from service.local.processes import ManagedProcess, free_port
 from service.local.redis_server import start_redis
 from service.records import Passage, PupilSession, QuestionRecord, QuestionStatus
 from service.settings import AnswerSettings, RedisSettings, Settings
-from service.store import RateLimit, Store, connect, new_id
+from service.store import RateLimit, open_store
+from service.store.ids import new_id
 from tests.conftest import STATE, own_database, report
 from tests.helpers import (
     add_passage,
@@ -544,9 +545,7 @@ def test_an_answer_whose_process_was_killed_is_marked_incomplete_once_it_cannot_
 
 
 async def _abandoned_answers_rules(redis_url: str) -> None:
-    redis = connect(f"{redis_url.rsplit('/', 1)[0]}/{own_database()}")
-    store = Store(redis)
-    try:
+    async with open_store(f"{redis_url.rsplit('/', 1)[0]}/{own_database()}") as store:
         classroom = await store.create_classroom("teacher", "4B")
         passage = Passage(id=new_id(), classroom_id=classroom.id, title="t", text="x", tokens=2)
         await store.add_passage(passage, publish=True)
@@ -583,8 +582,6 @@ async def _abandoned_answers_rules(redis_url: str) -> None:
         assert records[ben.id].status == QuestionStatus.ANSWERED and records[ben.id].answer == "Bees."
         assert records[cy.id].status == QuestionStatus.ANSWERED and records[cy.id].answer == "So."
         assert await store.abandoned_answers(now + 3600) == []
-    finally:
-        await redis.aclose()
 
 
 def test_an_abandoned_answer_is_finished_once_and_one_finished_after_all_is_left_alone(redis_url: str) -> None:

@@ -14,7 +14,8 @@ import httpx
 from service.app import create_app
 from service.records import Passage, PupilSession, QuestionRecord
 from service.settings import AnswerSettings, Settings, TurnSettings
-from service.store import Admission, RateLimit, Store, TurnLine, connect, new_id
+from service.store import Admission, RateLimit, Store, TurnLine, open_store
+from service.store.ids import new_id
 from tests.conftest import ServerThread, isolated, own_database
 from tests.helpers import (
     Streamed,
@@ -56,9 +57,7 @@ class _Class:
 
 
 async def _line_rules(redis_url: str) -> None:
-    redis = connect(f"{redis_url.rsplit('/', 1)[0]}/{own_database()}")
-    try:
-        store = Store(redis)
+    async with open_store(f"{redis_url.rsplit('/', 1)[0]}/{own_database()}") as store:
         line = TurnLine(f"http://replica-{new_id()}/v1", bound=2, most_waiting=4, lapses_s=60)
         burst, quiet = await _Class(store, "bursting").open(), await _Class(store, "quiet").open()
         asked = [await burst.ask(line) for _ in range(5)]
@@ -102,8 +101,6 @@ async def _line_rules(redis_url: str) -> None:
         assert await store.turn_place(short, quiet.id, second.id) == 1
         await asyncio.sleep(0.7)
         assert await store.turn_place(short, quiet.id, second.id) == 0
-    finally:
-        await redis.aclose()
 
 
 def test_classes_take_turns_when_a_replica_is_full_each_class_first_come_first_served(redis_url: str) -> None:

@@ -13,7 +13,7 @@ import pytest
 from service.app import create_app
 from service.backends.vllm_metrics import sum_samples
 from service.settings import RoutingSettings, Settings
-from service.store import Store, connect
+from service.store import open_store
 from tests.conftest import ServerThread, Vllm, isolated, report
 from tests.helpers import warmup_burst_requests
 from tests.test_backends import wait_for
@@ -98,9 +98,7 @@ def test_warmup_burst_0_sends_none(settings: Settings, vllm: Vllm, caplog: pytes
 
 
 async def _claims(redis_url: str, a: str, b: str, a_again: str) -> list[list[str]]:
-    redis = connect(redis_url)
-    try:
-        store = Store(redis)
+    async with open_store(redis_url) as store:
         seen = [await store.claim_replica_bursts({a: 60.0, b: 0.4})]
         seen.append(await store.claim_replica_bursts({a: 60.0, b: 0.4}))  # another process, or a later round
         for _ in range(4):  # b stays up: each round of probes renews its claim
@@ -110,8 +108,6 @@ async def _claims(redis_url: str, a: str, b: str, a_again: str) -> list[list[str
         seen.append(await store.claim_replica_bursts({a: 60.0, b: 0.4}))
         seen.append(await store.claim_replica_bursts({a: 60.0, a_again: 60.0}))  # a restarted: a new run
         return seen
-    finally:
-        await redis.aclose()
 
 
 def test_a_burst_is_claimed_once_per_run_of_a_replica_or_by_address_until_nobody_sees_it(redis_url: str) -> None:

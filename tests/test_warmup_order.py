@@ -5,7 +5,8 @@ import asyncio
 from datetime import timedelta
 
 from service.records import Passage, PupilSession, QuestionRecord, utcnow
-from service.store import RateLimit, Store, connect, new_id
+from service.store import RateLimit, Store, open_store
+from service.store.ids import new_id
 from tests.conftest import own_database
 
 
@@ -35,10 +36,8 @@ async def _question(store: Store, classroom_id: str, age: timedelta) -> None:
 
 
 async def _order(redis_url: str) -> tuple[list[str], list[str], dict[str, str]]:
-    redis = connect(f"{redis_url.rsplit('/', 1)[0]}/{own_database()}")
-    try:
-        await redis.flushdb()
-        store = Store(redis)
+    async with open_store(f"{redis_url.rsplit('/', 1)[0]}/{own_database()}") as store:
+        await store.redis.flushdb()
         names = ["asked today", "passage yesterday", "passage last week", "closed", "no passage"]
         made = {name: (await store.create_classroom("teacher", name)).id for name in names}
         # A passage from last month, asked about this morning: used more recently than yesterday's.
@@ -53,10 +52,8 @@ async def _order(redis_url: str) -> tuple[list[str], list[str], dict[str, str]]:
 
         every = [p.classroom_id for p in await store.active_passages_by_recency(10)]
         capped = [p.classroom_id for p in await store.active_passages_by_recency(2)]
-        await redis.flushdb()
+        await store.redis.flushdb()
         return every, capped, {cid: name for name, cid in made.items()}
-    finally:
-        await redis.aclose()
 
 
 def test_a_fleet_change_rewarms_the_classes_used_last_first(redis_url: str) -> None:

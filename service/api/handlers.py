@@ -112,7 +112,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    # After the client's own retries (service/store.py): Redis down or restarting for longer than they last.
+    # After the client's own retries (service/store/connection.py): Redis down or restarting for longer than they last.
     app.add_exception_handler(RedisConnectionError, _store_unavailable)
     app.add_exception_handler(RedisTimeoutError, _store_unavailable)
     app.add_exception_handler(Exception, _unexpected)

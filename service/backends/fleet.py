@@ -21,7 +21,7 @@ from openai import AsyncOpenAI, Timeout
 from service.backends.routing import BackendConfig, Router
 from service.backends.vllm_metrics import VllmFigures, parse_vllm_metrics, root_url, started_at
 from service.settings import Settings
-from service.store import Store, connect
+from service.store import Store, open_store
 
 log = logging.getLogger(__name__)
 
@@ -207,19 +207,12 @@ class Fleet:
 
 async def shared_backends(settings: Settings) -> BackendConfig | None:
     """For the command line: the configuration in Redis, if the service has seeded it."""
-    redis = connect(settings.redis.url)
-    try:
-        return await Store(redis).backend_config()
-    finally:
-        await redis.aclose()
+    async with open_store(settings.redis.url) as store:
+        return await store.backend_config()
 
 
 async def load_backends(settings: Settings, declared: BackendConfig) -> BackendConfig:
     """For the command line: replace the shared configuration (seeding it if there is none)."""
-    redis = connect(settings.redis.url)
-    try:
-        store = Store(redis)
+    async with open_store(settings.redis.url) as store:
         await store.seed_backend_config(declared)
         return await store.update_backend_config(lambda _: declared)
-    finally:
-        await redis.aclose()

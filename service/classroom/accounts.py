@@ -19,7 +19,8 @@ from service.errors import (
 )
 from service.records import Classroom, PupilSession, Teacher
 from service.settings import AuthSettings, Settings
-from service.store import Store, connect, new_id
+from service.store import Store, open_store
+from service.store.ids import new_id
 
 MIN_PASSWORD_CHARS = 10
 # Pupils' sessions a process remembers for their questions (a school's worth; the oldest seen go first).
@@ -119,8 +120,5 @@ class Accounts:
 
 async def add_teacher(settings: Settings, email: str, name: str, password: str) -> Teacher:
     """For the command line: one connection to Redis, one account."""
-    redis = connect(settings.redis.url)
-    try:
-        return await Accounts(Store(redis), settings.auth).add_teacher(email, name, password)
-    finally:
-        await redis.aclose()
+    async with open_store(settings.redis.url) as store:
+        return await Accounts(store, settings.auth).add_teacher(email, name, password)

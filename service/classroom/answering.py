@@ -56,7 +56,8 @@ from service.errors import (
     WrongClassroom,
 )
 from service.records import Passage, QuestionRecord, QuestionStatus, Usage, utcnow
-from service.store import RateLimit, Store, TurnLine, new_id
+from service.store import RateLimit, Store, TurnLine
+from service.store.ids import new_id
 from service.telemetry.prometheus import Metrics
 
 log = logging.getLogger(__name__)

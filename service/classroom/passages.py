@@ -5,7 +5,8 @@ from service.backends.warmup import Warmup
 from service.classroom.prompting import Prompts
 from service.errors import PassageNotFound
 from service.records import Passage
-from service.store import Store, new_id
+from service.store import Store
+from service.store.ids import new_id
 
 
 class Passages:

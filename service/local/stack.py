@@ -14,7 +14,7 @@ from service.local.vllm_server import server as vllm_server
 from service.local.vllm_server.flags import detect_device
 from service.local.vllm_server.venv import ensure_vllm_venv
 from service.settings import Settings
-from service.store import Store, connect
+from service.store import open_store
 
 
 def _ensure_redis(settings: Settings, stack: ExitStack, say: Callable[[str], None]) -> None:
@@ -47,19 +47,16 @@ DEMO_TEACHER = "teacher@example.org"
 async def _demo_teacher(settings: Settings) -> str:
     """A teacher account for trying the pages locally, its password kept beside the Redis data."""
     password_file = settings.state_dir / "demo-teacher-password.txt"
-    redis = connect(settings.redis.url)
-    try:
-        if await Store(redis).teacher_by_email(DEMO_TEACHER) is not None:
+    async with open_store(settings.redis.url) as store:
+        if await store.teacher_by_email(DEMO_TEACHER) is not None:
             if password_file.is_file():
                 return f"{DEMO_TEACHER}, password {password_file.read_text().strip()} (from {password_file})"
             return f"{DEMO_TEACHER} exists; add another with `classroom teacher add EMAIL`"
         password = secrets.token_urlsafe(12)
-        await Accounts(Store(redis), settings.auth).add_teacher(DEMO_TEACHER, "Demo Teacher", password)
+        await Accounts(store, settings.auth).add_teacher(DEMO_TEACHER, "Demo Teacher", password)
         password_file.write_text(password + "\n")
         password_file.chmod(0o600)
         return f"{DEMO_TEACHER}, password {password} (kept in {password_file})"
-    finally:
-        await redis.aclose()
 
 
 def run_stack(settings: Settings, say: Callable[[str], None]) -> None:

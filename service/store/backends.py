@@ -1,0 +1,75 @@
+"""The backends' configuration shared by every service process, and the warm-up's marks: which replicas hold
+a passage, and which process re-warms for a change of the fleet or sends a replica's burst."""
+
+import json
+from collections.abc import Callable
+
+from redis.asyncio.client import Pipeline
+
+from service.backends.routing import BackendConfig
+from service.store.base import StoreBase
+from service.store.keys import Keys
+
+
+class BackendStore(StoreBase):
+    # The backends' configuration, shared by every service process
+
+    async def backend_config(self) -> BackendConfig | None:
+        raw = await self.redis.get(Keys.backend_config())
+        return None if raw is None else BackendConfig.model_validate_json(raw)
+
+    async def seed_backend_config(self, declared: BackendConfig) -> BackendConfig:
+        """The shared configuration; the declared one if there is none yet (operators' changes persist)."""
+        await self.redis.set(Keys.backend_config(), declared.model_dump_json(), nx=True)
+        current = await self.backend_config()
+        return current if current is not None else declared
+
+    async def update_backend_config(self, change: Callable[[BackendConfig], BackendConfig]) -> BackendConfig:
+        """Read, change and write the configuration atomically (another process may change it too). A change
+        that changes nothing writes nothing and keeps the version, so no process re-warms for it."""
+        key = Keys.backend_config()
+
+        async def update(tx: Pipeline) -> BackendConfig:
+            raw = await tx.get(key)
+            if raw is None:
+                raise ValueError("no backend configuration is stored yet")
+            current = BackendConfig.model_validate_json(raw)
+            changed = change(current)
+            if changed.model_dump(exclude={"version"}) == current.model_dump(exclude={"version"}):
+                return current  # the same configuration (e.g. the active variant chosen again): no new version
+            # Validate the result as a whole (names exist, canary differs), then bump the version.
+            new = BackendConfig.model_validate({**changed.model_dump(), "version": current.version + 1})
+            tx.multi()  # type: ignore[no-untyped-call]
+            tx.set(key, new.model_dump_json())
+            await tx.execute()
+            return new
+
+        return await self._watching([key], update)
+
+    # Warm-up's marks
+
+    async def set_warmed(self, passage_id: str, replicas: list[str]) -> None:
+        await self.redis.set(Keys.warmed(passage_id), json.dumps(replicas))
+
+    async def claim_fleet_warmup(self, fleet_state: str, seconds: float) -> bool:
+        """True for the first process to ask for this state of the fleet within `seconds`: one re-warm for a
+        change that every worker process of the service sees."""
+        return bool(await self.redis.set(Keys.fleet_warmup(fleet_state), "1", nx=True, px=int(seconds * 1000)))
+
+    async def warmed(self, passage_id: str) -> list[str]:
+        raw = await self.redis.get(Keys.warmed(passage_id))
+        return [] if raw is None else list(json.loads(raw))
+
+    async def claim_replica_bursts(self, claims: dict[str, float]) -> list[str]:
+        """Warm-up bursts, one per run of a replica across every service process: of the claims named
+        (a replica's URL and run) those not yet held, claimed now by this process alone (SET NX). Every
+        one named is held for its seconds from now, so that a process that keeps seeing the replica up
+        keeps its claim. One round trip."""
+        names = list(claims)
+        async with self.redis.pipeline(transaction=False) as batch:
+            for name in names:
+                key, ms = Keys.replica_burst(name), max(1, int(claims[name] * 1000))
+                batch.set(key, "1", nx=True, px=ms)
+                batch.pexpire(key, ms)
+            replies = await batch.execute()
+        return [name for name, claimed in zip(names, replies[::2], strict=True) if claimed]
