@@ -19,8 +19,8 @@ from service.classroom.answering import Answering
 from service.classroom.class_cache import ClassCache
 from service.classroom.live import LiveAnswers
 from service.classroom.notices import ClassNotices
-from service.classroom.passages import Passages
 from service.classroom.prompting import Prompts
+from service.classroom.publishing import Passages
 from service.local.model.prepare import ModelManifest, read_manifest
 from service.settings import Settings
 from service.store import RateLimit, Store, connect, open_connections

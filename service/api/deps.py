@@ -10,8 +10,8 @@ from fastapi.templating import Jinja2Templates
 
 from service.classroom.accounts import Accounts
 from service.classroom.answering import Answering
-from service.classroom.passages import Passages
 from service.classroom.prompting import Prompts
+from service.classroom.publishing import Passages
 from service.errors import ClassroomNotFound, OperatorOnly
 from service.records import Classroom, PupilSession, Teacher
 from service.services import Services

@@ -1,15 +1,15 @@
 """All the service's state, in Redis, read and written through one `Store`. Each module keeps one kind of thing:
 
-    keys.py        every key's name, and the list of them all (no other module spells a key)
-    scripts.py     the Lua scripts that make a step atomic
-    ids.py         ids, tokens and join codes
-    connection.py  the Redis client: `connect`, `open_connections`
-    accounts.py    teachers, their sessions, failed attempts to sign in or join
-    pupils.py      pupils' sessions and the names they joined a class with
-    classes.py     classrooms, the version every write to a class bumps, a class's deletion
-    passages.py    passages, and the one a class asks about
-    questions.py   questions: admission, turns, progress, stops, their end, the lists that read them
-    backends.py    the backends' shared configuration and the warm-up's marks
+    keys.py            every key's name, and the list of them all (no other module spells a key)
+    scripts.py         the Lua scripts that make a step atomic
+    ids.py             ids, tokens and join codes
+    connection.py      the Redis client: `connect`, `open_connections`
+    teachers.py        teachers, their sessions, failed attempts to sign in or join
+    pupils.py          pupils' sessions and the names they joined a class with
+    classes.py         classrooms, the version every write to a class bumps, a class's deletion
+    passages.py        passages, and the one a class asks about
+    questions.py       questions: admission, turns, progress, stops, their end, the lists that read them
+    backend_config.py  the backends' shared configuration and the warm-up's marks
 
 A service process opens one client for its life (`service/services.py`); a command or a script opens a store
 for a moment with `open_store`.
@@ -18,8 +18,7 @@ for a moment with `open_store`.
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from service.store.accounts import AccountStore
-from service.store.backends import BackendStore
+from service.store.backend_config import BackendStore
 from service.store.classes import DELETE_BATCH, DELETED_VERSION_S, ClassState, ClassStore
 from service.store.connection import POOL_WAIT_S, connect, open_connections
 from service.store.ids import (
@@ -34,6 +33,7 @@ from service.store.keys import Keys
 from service.store.passages import PassageStore
 from service.store.pupils import PupilStore
 from service.store.questions import RECENT_S, Admission, QuestionStore, RateLimit, TurnLine
+from service.store.teachers import AccountStore
 
 __all__ = [
     "DELETED_VERSION_S",
