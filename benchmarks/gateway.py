@@ -45,6 +45,7 @@ import orjson
 import psutil
 import redis as redis_client
 
+from loadtest.client import until_warmed
 from loadtest.environment import cpu_model
 from loadtest.stats import Distribution, distribution
 from loadtest.workload import TextMaker
@@ -310,12 +311,8 @@ async def make_classes(url: str, email: str, classes: int, pupils: int, maker: T
                     joined = await pupil.post("/api/join", json={"join_code": classroom["join_code"], "name": f"P{p}"})
                     joined.raise_for_status()
                     cookies.append("; ".join(f"{k}={v}" for k, v in joined.cookies.items()))
-            for _ in range(300):  # warmed, as it is minutes after the teacher published it
-                details = (await teacher.get(f"/api/classrooms/{classroom['id']}")).json()
-                # `active_passage_warmed_on` (the replicas) before the operators' view took them: --classroom
-                if details.get("active_passage_warmed", details.get("active_passage_warmed_on")):
-                    break
-                await asyncio.sleep(0.1)
+            with contextlib.suppress(TimeoutError):  # warmed, as it is minutes after the teacher published it
+                await until_warmed(teacher, classroom["id"], timeout_s=30, poll_s=0.1)
             made.append(Classroom(classroom["id"], cookies, title, text))
     return made
 
