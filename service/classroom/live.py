@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from service.records import QuestionRecord, QuestionStatus
 from service.store import Store
+from service.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -219,9 +220,7 @@ class LiveAnswers:
 
     async def close(self) -> None:
         """At shutdown: every answer still being written ends now, stored cut short with its text so far."""
-        if self._listener is not None:
-            self._listener.cancel()
-            await asyncio.gather(self._listener, return_exceptions=True)
+        await stop_tasks(self._listener)
         answers = list(self._answers.values())
         for live in answers:
             live.cut(INTERRUPTED)
