@@ -1,6 +1,6 @@
 """Answers in flight in this process, and the pages that follow them.
 
-An answer is written by a task of its own (`answering.AnswerStream.run`), whatever its pupil's connection
+An answer is written by a task of its own (`answer_stream.AnswerStream.run`), whatever its pupil's connection
 does: each read of vLLM's stream appends its text to the answer's `LiveAnswer` and wakes whoever waits for
 more. A pupil's connection (the question's own stream, or a page that came back) only follows it: `follow`
 sends what was said after a character offset, then each piece as it comes, then the end. Closing the
