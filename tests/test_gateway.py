@@ -16,7 +16,7 @@ import httpx
 import orjson
 import pytest
 
-from benchmarks.gateway import Answer, ask_service
+from benchmarks.gateway_client import Answer, ask_service
 from loadtest.results import RunResult
 from service.app import create_app
 from service.backends.upstream import ReplicaNotAnswering, ReplicaRefused, Upstream
