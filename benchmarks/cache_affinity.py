@@ -21,14 +21,15 @@ import random
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 
-from service.local.model.prepare import prepare_model
+from loadtest.client import until_warmed
+from service.classroom.figures import percentile
 from service.settings import PROJECT_ROOT, StandinSize
 
-from .parts import PASSWORD, TEACHER, machine, passage, running_parts, serve, until_warmed
+from .parts import PASSWORD, TEACHER, machine, passage, running_parts, serve, standin_model
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results" / "cache_affinity.json"
 
@@ -121,7 +122,7 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
         "first_pupil_cached_tokens": run["burst"][0]["usage"]["cached_tokens"],
         "pupils_with_no_cached_tokens": sum(a["usage"]["cached_tokens"] == 0 for a in everything),
         "ttft_p50_ms": statistics.median(ttfts),
-        "ttft_p95_ms": statistics.quantiles(ttfts, n=20, method="inclusive")[-1],
+        "ttft_p95_ms": percentile(ttfts, 95),
         "questions_by_replica": run["replicas"],
     }
 
@@ -130,13 +131,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--pupils", type=int, default=30)
-    parser.add_argument("--size", default="tiny", choices=["tiny", "0.5b", "1.5b"])
+    parser.add_argument("--size", default="tiny", choices=get_args(StandinSize))
     parser.add_argument("--seed", type=int, default=int(time.time()))
     args = parser.parse_args()
     size: StandinSize = args.size
     rng = random.Random(args.seed)
-    model_dir = PROJECT_ROOT / "var" / "models" / size
-    manifest = prepare_model(model_dir, size, seed=0, standin=True)
+    model_dir, manifest = standin_model(size)
     with running_parts(model_dir, replicas=2) as (settings, backends):
         runs: dict[str, list[dict[str, Any]]] = {c.name: [] for c in CONFIGS}
         token = settings.auth.operator_token.get_secret_value()  # the services' own, from the same defaults

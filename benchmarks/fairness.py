@@ -31,10 +31,11 @@ from typing import Any
 import httpx
 from httpx_sse import aconnect_sse
 
-from service.local.model.prepare import prepare_model
+from loadtest.client import until_warmed
+from service.classroom.figures import percentile
 from service.settings import PROJECT_ROOT
 
-from .parts import PASSWORD, TEACHER, machine, passage, running_parts, serve, until_warmed
+from .parts import PASSWORD, TEACHER, machine, passage, running_parts, serve, standin_model
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results" / "fairness.json"
 
@@ -156,14 +157,6 @@ async def one_run(url: str, args: argparse.Namespace, rng: random.Random) -> dic
     }
 
 
-def p95(values: list[float]) -> float | None:
-    if not values:
-        return None
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=20, method="inclusive")[-1]
-
-
 def rounded(value: Any) -> Any:
     """Floats to a thousandth (of a second, of a millisecond): the results file stays readable."""
     if isinstance(value, float):
@@ -197,7 +190,7 @@ def summarise(run: dict[str, Any]) -> dict[str, Any]:
     for name, answers in by_class.items():
         summary |= {
             f"{name}_ttft_p50_ms": statistics.median(ttfts[name]) if ttfts[name] else None,
-            f"{name}_ttft_p95_ms": p95(ttfts[name]),
+            f"{name}_ttft_p95_ms": percentile(ttfts[name], 95),
             f"{name}_ttft_max_ms": max(ttfts[name], default=None),
             f"{name}_errors": sum(a.error is not None for a in answers),
             # Answered, but not one token had text (the stand-in's random weights can draw 32 byte-pieces that
@@ -235,8 +228,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    model_dir = PROJECT_ROOT / "var" / "models" / "tiny"
-    manifest = prepare_model(model_dir, "tiny", seed=0, standin=True)
+    model_dir, manifest = standin_model()
     runs: dict[str, list[dict[str, Any]]] = {c.name: [] for c in CONFIGS}
     order_run = []
     databases = 2 + len(CONFIGS) * args.repeats
@@ -303,8 +295,8 @@ def main() -> None:
         every = {k: [t for r in results for t in r["ttft_ms"][k]] for k in ("burst", "quiet")}
         pooled[name] = {
             "quiet_ttft_p50_ms": statistics.median(every["quiet"]) if every["quiet"] else None,
-            "quiet_ttft_p95_ms": p95(every["quiet"]),
-            "burst_ttft_p95_ms": p95(every["burst"]),
+            "quiet_ttft_p95_ms": percentile(every["quiet"], 95),
+            "burst_ttft_p95_ms": percentile(every["burst"], 95),
             "quiet_questions": len(every["quiet"]),
         }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

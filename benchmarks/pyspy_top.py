@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from benchmarks.gateway import top_frames
+from benchmarks.gateway_parts import top_frames
 
 WORKER = "spawn_main"
 START_UP = ("_find_and_load", "lifespan", "Config.load", "import_module")

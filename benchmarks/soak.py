@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,15 +24,15 @@ import redis
 
 from loadtest.results import RunResult
 from loadtest.stats import error_kind
-from service.local.model.prepare import prepare_model
-from service.local.processes import ManagedProcess, free_port
+from service.local.processes import ManagedProcess, answers_ok, free_port
 from service.local.redis_server import start_redis
 from service.local.vllm_server.flags import detect_device
 from service.local.vllm_server.server import start_vllm
 from service.settings import PROJECT_ROOT, BackendSettings, Settings
 
+from .parts import CLASSROOM, standin_model
+
 STATE = PROJECT_ROOT / "var" / "soak"
-CLASSROOM = str(Path(sys.executable).with_name("classroom"))
 PASSWORD = "soak test password of a teacher"
 TEACHER = "soak@school.example"
 
@@ -68,8 +67,7 @@ def main() -> None:
     parser.add_argument("--pupils", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/soak.json"))
     args = parser.parse_args()
-    model_dir = PROJECT_ROOT / "var" / "models" / "tiny"
-    prepare_model(model_dir, "tiny", seed=0, standin=True)
+    model_dir, _ = standin_model()
     STATE.mkdir(parents=True, exist_ok=True)
     redis_port = free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
@@ -92,7 +90,7 @@ def main() -> None:
     service = ManagedProcess("service", [CLASSROOM, "serve"], STATE / f"service-{port}.log", env=env)
     service.start()
     url = f"http://127.0.0.1:{port}"
-    service.wait_until(lambda: _ready(url), 60)
+    service.wait_until(lambda: answers_ok(f"{url}/readyz"), 60)
     try:
         began = time.monotonic()
         samples = [sample(service.pid, redis_process.pid, redis_url, began)]
@@ -157,13 +155,6 @@ def _stored_questions(url: str, settings: Settings) -> int:
     stats.raise_for_status()
     questions: int = stats.json()["overall"]["questions"]
     return questions
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, get_args
 
 import typer
 
@@ -15,7 +15,7 @@ from loadtest import report as reports
 from loadtest.client import PupilApiTarget, Target, VllmTarget
 from loadtest.environment import environment, model_info
 from loadtest.quality.cli import quality_app
-from loadtest.results import RunConfig, RunResult, WorkloadInfo
+from loadtest.results import ProfileKind, RunConfig, RunResult, TargetKind, WorkloadInfo, WorkloadKind
 from loadtest.runner import SweepPlan, run
 from loadtest.scheduler import DEFAULT_MAX_IN_FLIGHT, Profile
 from loadtest.workload import Workload, classroom, seed_workload, synthetic
@@ -25,8 +25,7 @@ from service.settings import Settings
 app = typer.Typer(help="The pre-rollout load test: latency, quality and cost of a variant.", no_args_is_help=True)
 app.add_typer(quality_app, name="quality")
 
-ProfileName = Literal["synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"]
-WorkloadName = Literal["synthetic", "classroom", "seed"]
+TARGETS, WORKLOADS, PROFILES = get_args(TargetKind), get_args(WorkloadKind), get_args(ProfileKind)
 DEFAULT_RUNS = Path("var/loadtest")
 
 
@@ -43,7 +42,11 @@ def _profile(name: str, rate: float | None, streams: int | None, steps: int) -> 
         return Profile("concurrent", streams=streams)
     if name in ("synchronous", "throughput"):
         return Profile(name, streams=streams)  # type: ignore[arg-type]
-    raise typer.BadParameter("synchronous, concurrent, throughput, constant, poisson or sweep", param_hint="--profile")
+    raise typer.BadParameter(_either(PROFILES), param_hint="--profile")
+
+
+def _either(names: tuple[str, ...]) -> str:
+    return f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 @app.command("run")
@@ -52,10 +55,8 @@ def run_command(
     url: Annotated[
         str | None, typer.Option(help="vLLM's /v1 URL or the service's root (default: the settings')")
     ] = None,
-    workload: Annotated[str, typer.Option(help="synthetic, classroom or seed")] = "synthetic",
-    profile: Annotated[
-        str, typer.Option(help="synchronous, concurrent, throughput, constant, poisson, sweep")
-    ] = "synchronous",
+    workload: Annotated[str, typer.Option(help=_either(WORKLOADS))] = "synthetic",
+    profile: Annotated[str, typer.Option(help=", ".join(PROFILES))] = "synchronous",
     rate: Annotated[
         float | None, typer.Option(help="arrivals a second (constant, poisson); a class's burst is one arrival")
     ] = None,
@@ -92,10 +93,10 @@ def run_command(
 ) -> None:
     """Send a workload under a load profile; save every request's timeline; print the report."""
     settings = Settings()
-    if target not in ("vllm", "service"):
-        raise typer.BadParameter("vllm or service", param_hint="--target")
-    if workload not in ("synthetic", "classroom", "seed"):
-        raise typer.BadParameter("synthetic, classroom or seed", param_hint="--workload")
+    if target not in TARGETS:
+        raise typer.BadParameter(_either(TARGETS), param_hint="--target")
+    if workload not in WORKLOADS:
+        raise typer.BadParameter(_either(WORKLOADS), param_hint="--workload")
     if target == "service" and workload == "synthetic":
         raise typer.BadParameter("the pupil API builds its own prompts: use classroom or seed", param_hint="--workload")
     plan = _profile(profile, rate, streams, sweep_steps)

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from loadtest.results import Environment, ModelInfo
+from service.backends.vllm_metrics import root_url
 from service.local.model.prepare import read_manifest
 
 # vllm and torch where the client runs in the server's environment (the GPU machine: one interpreter).
@@ -98,9 +99,8 @@ def model_info(model_dir: Path | None, base_url: str, served_name: str) -> Model
             return ModelInfo(
                 path=str(model_dir), kind=manifest.kind, description=manifest.describe(), served_name=served_name
             )
-    root = base_url.rstrip("/").removesuffix("/v1")
     try:
-        models = httpx.get(f"{root}/v1/models", timeout=5).json()["data"]
+        models = httpx.get(f"{root_url(base_url)}/v1/models", timeout=5).json()["data"]
         root_path = str(models[0].get("root"))
     except (httpx.HTTPError, KeyError, IndexError, ValueError):
         root_path = "unknown"

@@ -12,7 +12,10 @@ from pydantic import BaseModel, Field
 
 TargetKind = Literal["vllm", "service"]
 WorkloadKind = Literal["synthetic", "classroom", "seed"]
-ProfileKind = Literal["synchronous", "concurrent", "throughput", "constant", "poisson", "sweep"]
+# A load level's profile (scheduler.py); a sweep is a run of levels of the others (runner.py).
+LevelProfile = Literal["synchronous", "concurrent", "throughput", "constant", "poisson"]
+ProfileKind = Literal[LevelProfile, "sweep"]
+StoppedBy = Literal["requests", "deadline"]
 
 
 class RequestRecord(BaseModel):
@@ -85,7 +88,7 @@ class Benchmark(BaseModel):
     requests: list[RequestRecord]
     cache: list[ServerCache] = Field(default_factory=list)
     client_cpu_s: float  # CPU time the client process spent during the benchmark
-    stopped_by: Literal["requests", "deadline"] = "requests"
+    stopped_by: StoppedBy = "requests"
 
     @property
     def label(self) -> str:

@@ -20,10 +20,10 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from loadtest.client import Target, Timeline
-from loadtest.results import Benchmark, ProfileKind, RequestRecord
+from loadtest.results import Benchmark, LevelProfile, ProfileKind, RequestRecord, StoppedBy
 from loadtest.workload import RequestSpec
 
 T = TypeVar("T")
@@ -34,7 +34,7 @@ DEFAULT_MAX_IN_FLIGHT = 512
 
 @dataclass(frozen=True)
 class Profile:
-    kind: Literal["synchronous", "concurrent", "throughput", "constant", "poisson"]
+    kind: LevelProfile
     rate: float | None = None
     streams: int | None = None
 
@@ -85,7 +85,7 @@ async def run_profile(
     zero = time.perf_counter()
     started_wall = time.time()
     cpu0 = os.times()
-    stopped_by: Literal["requests", "deadline"] = "requests"
+    stopped_by: StoppedBy = "requests"
     tasks: list[asyncio.Task[None]] = []  # the rate profiles' requests, cancelled too at the deadline
 
     async def one(spec: RequestSpec, scheduled_at: float) -> None:

@@ -9,7 +9,8 @@ them with every report):
   requests (one piece is one token, unless vLLM's API process fell behind and merged several into one
   piece; `vllm bench serve` counts pieces the same way).
 - GuideLLM's TPOT: per request, E2E / output tokens (the first token included).
-- Percentiles: linear interpolation between order statistics (numpy's default, as `vllm bench serve`).
+- Percentiles: linear interpolation between order statistics (numpy's default, as `vllm bench serve`; the
+  service's own figures share the definition: service.classroom.figures.percentiles).
 - Duration: from the benchmark's start (the first scheduled send) to the end of the last request.
 - Request throughput: completed requests / duration; output-token throughput: their output tokens /
   duration (the server's own count, from usage).
@@ -31,6 +32,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from loadtest.results import Benchmark, CacheCounters, RequestRecord
+from service.classroom.figures import percentiles
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -53,7 +55,9 @@ def distribution(values_s: Sequence[float]) -> Distribution:
     if not values_s:
         return Distribution(count=0, mean=None, p50=None, p90=None, p95=None, p99=None)
     ms = np.asarray(values_s, dtype=float) * 1000
-    p50, p90, p95, p99 = (float(v) for v in np.percentile(ms, PERCENTILES))
+    found = percentiles(ms.tolist(), PERCENTILES)
+    assert found is not None
+    p50, p90, p95, p99 = found
     return Distribution(count=len(ms), mean=float(ms.mean()), p50=p50, p90=p90, p95=p95, p99=p99)
 
 

@@ -53,29 +53,19 @@ def serve(settings: Settings, workers: int | None = None) -> None:
     own (service/telemetry/scrape.py)."""
     count = workers or settings.api.resolved_workers(os.cpu_count() or 1)
     api = settings.api
+    served: dict[str, Any] = {
+        "host": api.host,
+        "port": api.port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "access_log": api.access_log,
+        "log_config": LOG_CONFIG,
+    }
     if count == 1:
-        uvicorn.run(
-            create_app(settings),
-            host=api.host,
-            port=api.port,
-            loop="uvloop",
-            http="httptools",
-            access_log=api.access_log,
-            log_config=LOG_CONFIG,
-        )
+        uvicorn.run(create_app(settings), **served)
         return
     folder = (settings.state_dir / "run" / f"metrics-{api.port}").resolve()
     shutil.rmtree(folder, ignore_errors=True)  # a dead run's sockets
     folder.mkdir(parents=True)
     os.environ["CLASSROOM_API__METRICS_DIR"] = str(folder)
-    uvicorn.run(
-        "service.app:create_app",
-        factory=True,
-        workers=count,
-        host=api.host,
-        port=api.port,
-        loop="uvloop",
-        http="httptools",
-        access_log=api.access_log,
-        log_config=LOG_CONFIG,
-    )
+    uvicorn.run("service.app:create_app", factory=True, workers=count, **served)

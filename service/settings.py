@@ -13,7 +13,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.backends import vllm_metrics
 
-StandinSize = Literal["tiny", "0.5b", "1.5b"]
+# The names of each setting's choices, defined here once and imported where they are used.
+StandinSize = Literal["tiny", "0.5b", "1.5b"]  # the models `classroom model prepare` makes (the stand-in's shapes)
+Device = Literal["cpu", "gpu"]
+PromptFormat = Literal["chat", "token_ids"]
+PromptLayout = Literal["passage_first", "question_first"]
+Routing = Literal["affinity", "round_robin"]
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -50,7 +55,7 @@ class ModelSettings(BaseModel):
     dir: Path = Path("var/models/default")
     # What `classroom up` prepares. auto: 1.5b on a GPU; 0.5b on a CPU, where 1.5b takes 8-26 s to
     # start an answer and 0.5b a few seconds (README, "Which model runs").
-    size: Literal["auto", "tiny", "0.5b", "1.5b"] = "auto"
+    size: Literal["auto", StandinSize] = "auto"
     # Build the offline stand-in even where the hub is reachable.
     standin: bool = False
     seed: int = 0
@@ -73,7 +78,7 @@ class BackendSettings(BaseModel):
     max_model_len: int = 4096
     # vLLM's own virtual environment: its pins clash with the service's, so it lives apart.
     venv: Path = Path(".venv-vllm")
-    device: Literal["auto", "cpu", "gpu"] = "auto"
+    device: Literal["auto", Device] = "auto"
     # GiB of KV cache vLLM-CPU reserves (its default of 4 is more than a demo needs).
     cpu_kvcache_gib: int = 1
     # vLLM-CPU's thread placement: `auto` puts the model on one core and leaves the other to the API
@@ -86,7 +91,7 @@ class BackendSettings(BaseModel):
     # every question. token_ids: the token ids on /v1/completions; the service tokenises each passage's
     # prompt prefix once and then only each question's part (the same ids, so the same cache hits): a lever
     # for measuring vLLM's per-request rendering and tokenising on a GPU, where the model is fast.
-    prompt_format: Literal["chat", "token_ids"] = "chat"
+    prompt_format: PromptFormat = "chat"
 
     @property
     def host(self) -> str:
@@ -107,7 +112,7 @@ class RoutingSettings(BaseModel):
     # with the one replica `backend.base_url`.
     backends_file: Path | None = None
     # affinity: rendezvous hashing on the passage; round_robin: for comparison in benchmarks.
-    policy: Literal["affinity", "round_robin"] = "affinity"
+    policy: Routing = "affinity"
     # A replica with this many requests waiting in vLLM's queue is passed over for the next choice.
     max_waiting: float = 4.0
     probe_interval_s: float = 2.0
@@ -144,7 +149,7 @@ class AnswerSettings(BaseModel):
     # passage_first: the passage opens every prompt, so a class shares it in vLLM's prefix cache
     # (prompts/README.md). question_first: the pupil's question before the passage, as a naive prompt would
     # have it, so pupils share only the instructions; for benchmarking what passage-first buys.
-    prompt_layout: Literal["passage_first", "question_first"] = "passage_first"
+    prompt_layout: PromptLayout = "passage_first"
 
 
 class TurnSettings(BaseModel):

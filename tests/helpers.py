@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.backends.warmup import BURST_MAX_TOKENS
 from service.classroom.accounts import add_teacher
+from service.local.processes import answers_ok
 from service.records import QuestionRecord, QuestionStatus, Usage
 from service.settings import Settings
 from service.store import open_store
@@ -234,10 +235,7 @@ def metric_samples(text: str, classroom_id: str) -> dict[tuple[str, str], float]
 
 def answers_readyz(url: str) -> bool:
     """The service at `url` says it can answer (Redis and vLLM reachable)."""
-    try:
-        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return answers_ok(f"{url}/readyz")
 
 
 def requests_asking_for(vllm_metrics: dict[str, list[tuple[dict[str, str], float]]], low: int, high: int) -> float:

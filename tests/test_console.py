@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 from httpx_sse import connect_sse
 
-from service.classroom.answering import MIDSTREAM_FAILURE
+from service.classroom.answer_stream import MIDSTREAM_FAILURE
 from service.classroom.figures import figures
 from service.classroom.live import STOPPED
 from service.records import QuestionRecord, QuestionStatus

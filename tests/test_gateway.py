@@ -16,10 +16,11 @@ import httpx
 import orjson
 import pytest
 
-from benchmarks.gateway import Answer, ask_service
+from benchmarks.gateway_client import Answer, ask_service
 from loadtest.results import RunResult
 from service.app import create_app
 from service.backends.upstream import ReplicaNotAnswering, ReplicaRefused, Upstream
+from service.backends.vllm_metrics import root_url
 from service.settings import AnswerSettings, BackendSettings, Settings
 from tests.conftest import ServerThread, Vllm, isolated, service_process
 from tests.helpers import add_passage, create_classroom, joined_pupil, passage_text, signed_in_teacher, stored_questions
@@ -182,7 +183,7 @@ def test_the_load_tester_lets_every_request_of_four_bursts_be_in_flight_at_once(
 ) -> None:
     """4 classes of 30 at once are 120 requests in flight: a client pool of fewer connections would hold
     the rest back until earlier answers end, and time that wait as the server's TTFT."""
-    root = instant_vllm.removesuffix("/v1")
+    root = root_url(instant_vllm)
     httpx.post(f"{root}/fake/config", json={"tpot_ms": 50.0}).raise_for_status()  # answers last ~1 s
     httpx.delete(f"{root}/fake/connections").raise_for_status()
     try:
@@ -205,7 +206,7 @@ def test_a_backend_too_slow_to_answer_gets_keep_alives_then_a_sentence(settings:
         backend=settings.backend.model_copy(update={"base_url": instant_vllm, "read_timeout_s": 2.0}),
         answer=settings.answer.model_copy(update={"keepalive_s": 0.5}),
     )
-    root = instant_vllm.removesuffix("/v1")
+    root = root_url(instant_vllm)
     with ServerThread(create_app(own)) as service, closing(signed_in_teacher(own, service.url)) as teacher:
         classroom = create_classroom(teacher)
         add_passage(teacher, classroom["id"], passage_text(100))

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from service.app import create_app
 from service.backends.vllm_stream import StreamReader
 from service.classroom import prompting
-from service.classroom.prompting import PromptLayout, Prompts
-from service.settings import AnswerSettings, BackendSettings, ModelSettings, Settings
+from service.classroom.prompting import Prompts
+from service.settings import AnswerSettings, BackendSettings, ModelSettings, PromptLayout, Settings
 from tests.conftest import ServerThread, Vllm, isolated, report
 from tests.helpers import (
     add_passage,

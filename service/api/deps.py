@@ -3,6 +3,7 @@ can fail raises an error with a sentence the user can act on. Each is `async def
 await: FastAPI runs a plain `def` dependency in a worker thread, a thread hop on every request."""
 
 import secrets
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Depends, Request, Response
@@ -12,7 +13,7 @@ from service.classroom.accounts import Accounts
 from service.classroom.answering import Answering
 from service.classroom.prompting import Prompts
 from service.classroom.publishing import Passages
-from service.errors import ClassroomNotFound, OperatorOnly
+from service.errors import ClassroomNotFound, OperatorOnly, ServiceError
 from service.records import Classroom, PupilSession, Teacher
 from service.services import Services
 from service.store import Store
@@ -24,6 +25,13 @@ PUPIL_COOKIE = "classroom_pupil"
 def set_session_cookie(response: Response, name: str, token: str, hours: float, secure: bool) -> None:
     # HttpOnly: no script reads it. SameSite=Lax: no other site's form can post with it.
     response.set_cookie(name, token, max_age=int(hours * 3600), httponly=True, samesite="lax", secure=secure)
+
+
+async def end_session(request: Request, response: Response, name: str, end: Callable[[str], Awaitable[None]]) -> None:
+    """Sign out: the session that the cookie `name` holds ends (`end`), and the browser forgets the cookie."""
+    if token := request.cookies.get(name):
+        await end(token)
+    response.delete_cookie(name)
 
 
 def client_of(request: Request) -> str:
@@ -102,6 +110,46 @@ async def current_pupil(request: Request, accounts: AccountsDep) -> PupilSession
 
 
 CurrentPupil = Annotated[PupilSession, Depends(current_pupil)]
+
+
+class SignInFirst(Exception):
+    """A page needs a session its visitor does not have: the browser is sent (303) to where one is made."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
+
+
+async def page_teacher(request: Request, accounts: AccountsDep) -> Teacher:
+    """The teacher signed in to the pages (their session cookie); else the browser goes to the sign-in page."""
+    try:
+        return await accounts.teacher(request.cookies.get(TEACHER_COOKIE))
+    except ServiceError:
+        raise SignInFirst("/teacher/login") from None
+
+
+PageTeacher = Annotated[Teacher, Depends(page_teacher)]
+
+
+async def page_pupil_or_none(request: Request, accounts: AccountsDep) -> PupilSession | None:
+    """The pupil who joined a class in this browser, if their session lasts."""
+    try:
+        return await accounts.pupil(request.cookies.get(PUPIL_COOKIE))
+    except ServiceError:
+        return None
+
+
+PagePupilOrNone = Annotated[PupilSession | None, Depends(page_pupil_or_none)]
+
+
+async def page_pupil(pupil: PagePupilOrNone) -> PupilSession:
+    """The pupil of the pages; else the browser goes to the join page."""
+    if pupil is None:
+        raise SignInFirst("/")
+    return pupil
+
+
+PagePupil = Annotated[PupilSession, Depends(page_pupil)]
 
 
 async def operator(request: Request, services: ServicesDep) -> None:

@@ -4,7 +4,7 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 try:
@@ -16,6 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.bodies import BodyTooLarge
+from service.api.deps import SignInFirst
 from service.errors import ServiceError, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, code, message, headers)
 
 
+async def _sign_in_first(_: Request, exc: Exception) -> RedirectResponse:
+    assert isinstance(exc, SignInFirst)
+    return RedirectResponse(exc.location, status_code=303)
+
+
 async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
     log.warning("Redis unreachable: %s", exc)
     return await _service_error(request, StoreUnavailable())
@@ -112,6 +118,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(SignInFirst, _sign_in_first)  # a page's visitor without the session it needs
     # After the client's own retries (service/store/connection.py): Redis down or restarting for longer than they last.
     app.add_exception_handler(RedisConnectionError, _store_unavailable)
     app.add_exception_handler(RedisTimeoutError, _store_unavailable)

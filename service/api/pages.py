@@ -4,30 +4,24 @@ that needs a session it does not have sends the browser to where one is made."""
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from service.api.deps import PUPIL_COOKIE, TEACHER_COOKIE, AccountsDep, ServicesDep, StoreDep, TemplatesDep
+from service.api.deps import PagePupil, PagePupilOrNone, PageTeacher, ServicesDep, StoreDep, TemplatesDep
 from service.api.schemas import PUPIL_NAME_MAX_CHARS
-from service.errors import ClassroomNotFound, ServiceError
+from service.errors import ClassroomNotFound
 
 router = APIRouter(tags=["pages"], include_in_schema=False)
 
 
 @router.get("/", response_class=HTMLResponse)
-async def join_page(request: Request, accounts: AccountsDep, templates: TemplatesDep) -> Response:
-    try:
-        await accounts.pupil(request.cookies.get(PUPIL_COOKIE))
+async def join_page(request: Request, pupil: PagePupilOrNone, templates: TemplatesDep) -> Response:
+    if pupil is not None:
         return RedirectResponse("/class", status_code=303)
-    except ServiceError:
-        return templates.TemplateResponse(request, "join.html", {"name_max_chars": PUPIL_NAME_MAX_CHARS})
+    return templates.TemplateResponse(request, "join.html", {"name_max_chars": PUPIL_NAME_MAX_CHARS})
 
 
 @router.get("/class", response_class=HTMLResponse)
 async def class_page(
-    request: Request, accounts: AccountsDep, store: StoreDep, services: ServicesDep, templates: TemplatesDep
+    request: Request, pupil: PagePupil, store: StoreDep, services: ServicesDep, templates: TemplatesDep
 ) -> Response:
-    try:
-        pupil = await accounts.pupil(request.cookies.get(PUPIL_COOKIE))
-    except ServiceError:
-        return RedirectResponse("/", status_code=303)
     classroom = await store.get_classroom(pupil.classroom_id)
     context = {
         "classroom_name": classroom.name,
@@ -49,22 +43,14 @@ async def login_page(request: Request, templates: TemplatesDep) -> Response:
 
 
 @router.get("/teacher", response_class=HTMLResponse)
-async def classes_page(request: Request, accounts: AccountsDep, templates: TemplatesDep) -> Response:
-    try:
-        teacher = await accounts.teacher(request.cookies.get(TEACHER_COOKIE))
-    except ServiceError:
-        return RedirectResponse("/teacher/login", status_code=303)
+async def classes_page(request: Request, teacher: PageTeacher, templates: TemplatesDep) -> Response:
     return templates.TemplateResponse(request, "teacher_classes.html", {"teacher_name": teacher.name})
 
 
 @router.get("/teacher/classes/{classroom_id}", response_class=HTMLResponse)
 async def teacher_class_page(
-    classroom_id: str, request: Request, accounts: AccountsDep, store: StoreDep, templates: TemplatesDep
+    classroom_id: str, request: Request, teacher: PageTeacher, store: StoreDep, templates: TemplatesDep
 ) -> Response:
-    try:
-        teacher = await accounts.teacher(request.cookies.get(TEACHER_COOKIE))
-    except ServiceError:
-        return RedirectResponse("/teacher/login", status_code=303)
     try:
         classroom = await store.get_classroom(classroom_id)
     except ClassroomNotFound:

@@ -18,6 +18,7 @@ from service.api.deps import (
     ServicesDep,
     StoreDep,
     client_of,
+    end_session,
     set_session_cookie,
 )
 from service.api.event_stream import STREAM_HEADERS, EventStream, event_stream_documented
@@ -55,9 +56,7 @@ async def join(
 
 @router.delete("/api/pupil/session", status_code=204, responses=errors(*WRITE))
 async def leave(request: Request, store: StoreDep, response: Response) -> None:
-    if token := request.cookies.get(PUPIL_COOKIE):
-        await store.end_pupil_session(token)
-    response.delete_cookie(PUPIL_COOKIE)
+    await end_session(request, response, PUPIL_COOKIE, store.end_pupil_session)
 
 
 @router.get("/api/pupil/me", responses=errors(401))

@@ -18,6 +18,7 @@ from service.api.deps import (
     ServicesDep,
     StoreDep,
     client_of,
+    end_session,
     set_session_cookie,
 )
 from service.api.event_stream import STREAM_HEADERS, event_stream_documented
@@ -75,9 +76,7 @@ async def sign_in(
 
 @router.delete("/api/teacher/session", status_code=204, responses=errors(*WRITE))
 async def sign_out(request: Request, store: StoreDep, response: Response) -> None:
-    if token := request.cookies.get(TEACHER_COOKIE):
-        await store.end_teacher_session(token)
-    response.delete_cookie(TEACHER_COOKIE)
+    await end_session(request, response, TEACHER_COOKIE, store.end_teacher_session)
 
 
 @router.get("/api/teacher/me", responses=errors(401))

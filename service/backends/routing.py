@@ -16,12 +16,11 @@ Routing a question:
 import hashlib
 import itertools
 from pathlib import Path
-from typing import Literal
 
 import yaml
 from pydantic import BaseModel, Field, model_validator
 
-Routing = Literal["affinity", "round_robin"]
+from service.settings import Routing
 
 
 class Variant(BaseModel):

@@ -13,6 +13,7 @@ from collections.abc import AsyncGenerator
 
 from service.settings import TurnSettings
 from service.store import Store, TurnLine
+from service.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,7 @@ class Turns:
             self._listener = asyncio.create_task(self._listen())
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            await asyncio.gather(self._listener, return_exceptions=True)
+        await stop_tasks(self._listener)
 
     def expect(self, question_id: str) -> None:
         """Before a question is admitted: should it wait, its turn's notice may come before its reply."""

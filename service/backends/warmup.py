@@ -32,6 +32,7 @@ from service.backends.fleet import Fleet
 from service.classroom.prompting import Prompts
 from service.records import Passage
 from service.store import Store
+from service.tasks import stop_tasks
 from service.telemetry.prometheus import Metrics
 
 log = logging.getLogger(__name__)
@@ -154,9 +155,7 @@ class Warmup:
 
     async def close(self) -> None:
         self._closed = True  # the prober runs on a moment longer: a burst claimed now would never be sent
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await stop_tasks(*self._tasks)
 
     async def _warm_all_until_settled(self) -> None:
         assert self._rewarm is not None

@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 
 from service.records import QuestionStatus, utcnow
 from service.store import Store
+from service.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +33,7 @@ class AbandonedAnswers:
         self._task = asyncio.create_task(self._run())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await stop_tasks(self._task)
 
     async def sweep(self, now: float | None = None) -> int:
         """Finish every abandoned answer once; how many this call finished."""

@@ -5,7 +5,7 @@ operator's pages, which need per-classroom detail that labels must not carry.
 """
 
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -33,12 +33,20 @@ class Point(Figures):
     start: float  # epoch seconds at the start of the bucket
 
 
-def percentile(values: list[float], pct: int) -> float | None:
+def percentiles(values: Sequence[float], pcts: Sequence[int]) -> list[float] | None:
+    """The `pcts` percentiles (whole numbers, 1 to 99) of `values`, by linear interpolation between order
+    statistics: numpy's default and `vllm bench serve`'s (the load tester's figures use it too). None for none."""
     if not values:
         return None
     if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[pct - 1]
+        return [values[0]] * len(pcts)
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return [cuts[pct - 1] for pct in pcts]
+
+
+def percentile(values: Sequence[float], pct: int) -> float | None:
+    found = percentiles(values, (pct,))
+    return None if found is None else found[0]
 
 
 def is_error(record: QuestionRecord) -> bool:

@@ -1,6 +1,6 @@
 """Answers in flight in this process, and the pages that follow them.
 
-An answer is written by a task of its own (`answering.AnswerStream.run`), whatever its pupil's connection
+An answer is written by a task of its own (`answer_stream.AnswerStream.run`), whatever its pupil's connection
 does: each read of vLLM's stream appends its text to the answer's `LiveAnswer` and wakes whoever waits for
 more. A pupil's connection (the question's own stream, or a page that came back) only follows it: `follow`
 sends what was said after a character offset, then each piece as it comes, then the end. Closing the
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from service.records import QuestionRecord, QuestionStatus
 from service.store import Store
+from service.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -219,9 +220,7 @@ class LiveAnswers:
 
     async def close(self) -> None:
         """At shutdown: every answer still being written ends now, stored cut short with its text so far."""
-        if self._listener is not None:
-            self._listener.cancel()
-            await asyncio.gather(self._listener, return_exceptions=True)
+        await stop_tasks(self._listener)
         answers = list(self._answers.values())
         for live in answers:
             live.cut(INTERRUPTED)

@@ -12,6 +12,7 @@ from collections.abc import AsyncGenerator
 from service.classroom.class_cache import CachedClass, ClassCache
 from service.errors import ClassroomNotFound
 from service.store import Store
+from service.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +28,7 @@ class ClassNotices:
         self._listener = asyncio.create_task(self._listen())
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            await asyncio.gather(self._listener, return_exceptions=True)
+        await stop_tasks(self._listener)
 
     async def watch(self, classroom_id: str) -> AsyncGenerator[CachedClass | None]:
         """The class as it is now, then again after each change, until the consumer stops; None, and the end,

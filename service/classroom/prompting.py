@@ -18,7 +18,6 @@ import secrets
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import orjson
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -26,10 +25,8 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from service.backends.tokens import ModelTokenizer
 from service.errors import InvalidInput, PassageTooLong, QuestionTooLong
-from service.settings import Settings
+from service.settings import PromptFormat, PromptLayout, Settings
 
-PromptLayout = Literal["passage_first", "question_first"]
-PromptFormat = Literal["chat", "token_ids"]
 # Passages whose token prefix one process keeps, the least recently asked about going first: the active
 # passages of a few hundred classes, each ~6 bytes a token (kept as the JSON the request carries).
 PREFIXES_KEPT = 256

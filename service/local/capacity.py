@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from service.local.vllm_server.flags import CPU_DTYPE, Device
+from service.local.vllm_server.flags import CPU_DTYPE
+from service.settings import Device
 
 GIB = 1 << 30
 # Bytes per element of the KV-cache dtypes vLLM offers (`--kv-cache-dtype`; fp8 is e4m3 or e5m2).

@@ -16,9 +16,9 @@ from service.local.model.prepare import announce, prepare_model
 from service.local.processes import stop_pidfile
 from service.local.stack import run_stack
 from service.local.vllm_server import server as vllm_server
-from service.local.vllm_server.flags import Device, detect_device, serve_env, serve_flags
+from service.local.vllm_server.flags import detect_device, serve_env, serve_flags
 from service.local.vllm_server.venv import ensure_vllm_venv
-from service.settings import Settings, StandinSize
+from service.settings import Device, Settings, StandinSize
 
 app = typer.Typer(help="classroom-assistant: a reading assistant for classrooms.", no_args_is_help=True)
 model_app = typer.Typer(help="The model folder that vLLM serves.", no_args_is_help=True)

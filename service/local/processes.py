@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import httpx
+
 POLL_S = 0.5
 
 
@@ -21,6 +23,14 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def answers_ok(url: str, timeout_s: float = 2.0) -> bool:
+    """A GET of `url` (a server's /health, the service's /readyz) answers 200 now; no answer is a no."""
+    try:
+        return httpx.get(url, timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 class ProcessFailed(RuntimeError):

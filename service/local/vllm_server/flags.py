@@ -5,9 +5,7 @@ import subprocess
 from pathlib import Path
 from typing import Literal
 
-from service.settings import BackendSettings
-
-Device = Literal["cpu", "gpu"]
+from service.settings import BackendSettings, Device
 
 LAUNCHER = Path(__file__).with_name("launch_vllm_cpu.py")
 # On AVX2-only CPUs bf16 falls back to kernels so slow that a 1.5B model takes minutes to start; the KV
@@ -15,7 +13,7 @@ LAUNCHER = Path(__file__).with_name("launch_vllm_cpu.py")
 CPU_DTYPE = "float32"
 
 
-def detect_device(setting: Literal["auto", "cpu", "gpu"]) -> Device:
+def detect_device(setting: Literal["auto", Device]) -> Device:
     if setting != "auto":
         return setting
     smi = shutil.which("nvidia-smi")

@@ -3,19 +3,14 @@
 import os
 from pathlib import Path
 
-import httpx
-
-from service.local.processes import ManagedProcess
-from service.local.vllm_server.flags import Device, serve_command, serve_env
-from service.settings import Settings
+from service.local.processes import ManagedProcess, answers_ok
+from service.local.vllm_server.flags import serve_command, serve_env
+from service.settings import Device, Settings
 
 
 def is_ready(root_url: str) -> bool:
     """vLLM opens its port only when the engine is ready; then /health answers 200 at once."""
-    try:
-        return httpx.get(f"{root_url}/health", timeout=2.0).status_code == 200
-    except httpx.HTTPError:
-        return False
+    return answers_ok(f"{root_url}/health")
 
 
 def vllm_process(settings: Settings, model_dir: Path, device: Device, *, pid_file: bool = False) -> ManagedProcess:

