@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from service.records import Passage, PupilSession, QuestionRecord, utcnow
 from service.store import RateLimit, Store, connect, new_id
-from tests.conftest import own_database
+from tests.conftest import own_database_url
 
 
 async def _passage(store: Store, classroom_id: str, age: timedelta) -> None:
@@ -35,7 +35,7 @@ async def _question(store: Store, classroom_id: str, age: timedelta) -> None:
 
 
 async def _order(redis_url: str) -> tuple[list[str], list[str], dict[str, str]]:
-    redis = connect(f"{redis_url.rsplit('/', 1)[0]}/{own_database()}")
+    redis = connect(own_database_url(redis_url))
     try:
         await redis.flushdb()
         store = Store(redis)
