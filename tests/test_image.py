@@ -45,7 +45,7 @@ def assemble(app: Path) -> tuple[dict[str, str], list[str]]:
     return env, cmd
 
 
-def test_what_the_dockerfile_copies_installs_and_serves(settings: Settings, tmp_path: Path) -> None:
+def test_what_the_dockerfile_copies_installs_and_serves(vllm_settings: Settings, tmp_path: Path) -> None:
     app, venv = tmp_path / "app", tmp_path / "venv"
     app.mkdir()
     image_env, cmd = assemble(app)
@@ -69,9 +69,9 @@ def test_what_the_dockerfile_copies_installs_and_serves(settings: Settings, tmp_
         "CLASSROOM_API__HOST": "127.0.0.1",
         "CLASSROOM_API__PORT": str(port),
         "CLASSROOM_STATE_DIR": str(tmp_path / "state"),
-        "CLASSROOM_REDIS__URL": settings.redis.url,
-        "CLASSROOM_BACKEND__BASE_URL": settings.backend.base_url,
-        "CLASSROOM_MODEL__DIR": str(settings.model.dir),
+        "CLASSROOM_REDIS__URL": vllm_settings.redis.url,
+        "CLASSROOM_BACKEND__BASE_URL": vllm_settings.backend.base_url,
+        "CLASSROOM_MODEL__DIR": str(vllm_settings.model.dir),
     }
     process = ManagedProcess("the image's CMD", [str(venv / "bin" / cmd[0]), *cmd[1:]], tmp_path / "serve.log", env=env)
     process.start()

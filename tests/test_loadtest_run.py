@@ -20,7 +20,6 @@ from service.backends.tokens import ModelTokenizer
 from service.settings import Settings
 from tests.conftest import Vllm, report
 
-pytestmark = pytest.mark.vllm
 PROMPT, OUTPUT = 128, 6
 
 
@@ -140,7 +139,8 @@ async def _send_one(target: VllmTarget, work: Workload, spec: RequestSpec) -> Re
     return timeline.record(spec)
 
 
-@pytest.mark.parametrize("workload", ["seed", "classroom"])
+# The classroom workload is slow: 42 s here.
+@pytest.mark.parametrize("workload", ["seed", pytest.param("classroom", marks=pytest.mark.slow)])
 def test_through_the_pupil_api(
     tmp_path: Path, vllm: Vllm, model_dir: Path, settings: Settings, service: str, workload: str
 ) -> None:

@@ -27,12 +27,12 @@ from tests.helpers import (
 )
 
 
-def test_redis_killed_mid_class_comes_back_with_every_question_and_answer(settings: Settings) -> None:
+def test_redis_killed_mid_class_comes_back_with_every_question_and_answer(vllm_settings: Settings) -> None:
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"
     data_dir, log = STATE / f"redis-restart-{port}", STATE / "logs" / f"redis-restart-{port}.log"
     redis = start_redis(url, port, data_dir, log)
-    own = settings.model_copy(update={"redis": RedisSettings(url=url)})
+    own = vllm_settings.model_copy(update={"redis": RedisSettings(url=url)})
     try:
         with ServerThread(create_app(own)) as service, closing(signed_in_teacher(own, service.url)) as teacher:
             classroom = create_classroom(teacher)

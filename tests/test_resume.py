@@ -74,9 +74,10 @@ class School:
 
 
 @pytest.fixture(scope="module")
-def school(settings: Settings) -> Iterator[School]:
+def school(vllm_settings: Settings) -> Iterator[School]:
     own = isolated(
-        settings, answer=settings.answer.model_copy(update={"max_tokens": MAX_TOKENS, "progress_s": PROGRESS_S})
+        vllm_settings,
+        answer=vllm_settings.answer.model_copy(update={"max_tokens": MAX_TOKENS, "progress_s": PROGRESS_S}),
     )
     with ServerThread(create_app(own)) as running, closing(signed_in_teacher(own, running.url)) as teacher:
         classroom = create_classroom(teacher)
@@ -267,8 +268,8 @@ def test_stop_on_another_process_reaches_the_one_writing_the_answer(
         assert took < school.settings.answer.stop_wait_s, "the stop was stored before the route answered"
 
 
-def test_answers_in_flight_when_the_service_shuts_down_are_stored_cut_short(settings: Settings) -> None:
-    own = isolated(settings, answer=settings.answer.model_copy(update={"max_tokens": MAX_TOKENS}))
+def test_answers_in_flight_when_the_service_shuts_down_are_stored_cut_short(vllm_settings: Settings) -> None:
+    own = isolated(vllm_settings, answer=vllm_settings.answer.model_copy(update={"max_tokens": MAX_TOKENS}))
     with ServerThread(create_app(own)) as running, closing(signed_in_teacher(own, running.url)) as teacher:
         classroom = create_classroom(teacher)
         add_passage(teacher, classroom["id"], passage_text(100))

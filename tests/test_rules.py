@@ -87,8 +87,8 @@ def test_a_pupil_waits_for_one_answer_before_asking_the_next(teacher: httpx.Clie
     assert ask_json(ada, classroom["id"], "Now?").status_code == 200
 
 
-def test_too_many_questions_a_minute_get_a_429_with_retry_after(settings: Settings) -> None:
-    strict = settings.model_copy(update={"limits": LimitSettings(questions_per_minute=2)})
+def test_too_many_questions_a_minute_get_a_429_with_retry_after(vllm_settings: Settings) -> None:
+    strict = vllm_settings.model_copy(update={"limits": LimitSettings(questions_per_minute=2)})
     with ServerThread(create_app(strict)) as service, closing(signed_in_teacher(strict, service.url)) as teacher:
         classroom = create_classroom(teacher)
         add_passage(teacher, classroom["id"], passage_text(80))

@@ -75,14 +75,14 @@ class Fuzzed:
 
 
 @pytest.fixture(scope="module")
-def fuzzed(settings: Settings) -> Iterator[Fuzzed]:
+def fuzzed(vllm_settings: Settings) -> Iterator[Fuzzed]:
     own = isolated(
-        settings,
-        answer=settings.answer.model_copy(update={"max_tokens": 4}),
-        routing=settings.routing.model_copy(update={"warmup": False}),
+        vllm_settings,
+        answer=vllm_settings.answer.model_copy(update={"max_tokens": 4}),
+        routing=vllm_settings.routing.model_copy(update={"warmup": False}),
         # Hundreds of fuzzed passwords and class codes come from this one address; the lock they would
         # close is test_bad_input's.
-        auth=settings.auth.model_copy(update={"failed_attempts_per_client": 1_000_000}),
+        auth=vllm_settings.auth.model_copy(update={"failed_attempts_per_client": 1_000_000}),
     )
     with ServerThread(create_app(own)) as running:
         teacher = signed_in_teacher(own, running.url)
@@ -192,6 +192,7 @@ def send_and_check(case: Drawn, real: bool, role: Role, fuzzed: Fuzzed) -> None:
 FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 
+@pytest.mark.slow  # up to 200 cases a route, minutes in all (the pupils' live feed: 2 min here)
 @SCHEMA.parametrize()
 @SCHEMA.given(real=st.booleans())
 @settings(FUZZ, max_examples=AS_EVERY_AUDIENCE)
@@ -204,6 +205,7 @@ def routes_for(audience: str) -> Callable[[Callable[..., None]], Callable[..., N
     return decorate
 
 
+@pytest.mark.slow  # up to 200 cases a route, minutes in all (the pupils' live feed: 2 min here)
 @pytest.mark.parametrize("role", ["teacher"], indirect=True)
 @routes_for("teacher")
 @SCHEMA.given(real=st.booleans())
@@ -212,6 +214,7 @@ def test_teachers_routes_as_a_teacher(case: Drawn, real: bool, role: Role, fuzze
     send_and_check(case, real, role, fuzzed)
 
 
+@pytest.mark.slow  # up to 200 cases a route, minutes in all (the pupils' live feed: 2 min here)
 @pytest.mark.parametrize("role", ["pupil"], indirect=True)
 @routes_for("pupil")
 @SCHEMA.given(real=st.booleans())
@@ -220,6 +223,7 @@ def test_pupils_routes_as_a_pupil(case: Drawn, real: bool, role: Role, fuzzed: F
     send_and_check(case, real, role, fuzzed)
 
 
+@pytest.mark.slow  # up to 200 cases a route, minutes in all (the pupils' live feed: 2 min here)
 @pytest.mark.parametrize("role", ["operator"], indirect=True)
 @routes_for("operator")
 @SCHEMA.given(real=st.booleans())

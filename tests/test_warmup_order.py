@@ -7,7 +7,7 @@ from datetime import timedelta
 from service.records import Passage, PupilSession, QuestionRecord, utcnow
 from service.store import RateLimit, Store, open_store
 from service.store.ids import new_id
-from tests.conftest import own_database
+from tests.conftest import own_database_url
 
 
 async def _passage(store: Store, classroom_id: str, age: timedelta) -> None:
@@ -36,7 +36,7 @@ async def _question(store: Store, classroom_id: str, age: timedelta) -> None:
 
 
 async def _order(redis_url: str) -> tuple[list[str], list[str], dict[str, str]]:
-    async with open_store(f"{redis_url.rsplit('/', 1)[0]}/{own_database()}") as store:
+    async with open_store(own_database_url(redis_url)) as store:
         await store.redis.flushdb()
         names = ["asked today", "passage yesterday", "passage last week", "closed", "no passage"]
         made = {name: (await store.create_classroom("teacher", name)).id for name in names}

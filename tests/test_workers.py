@@ -37,8 +37,8 @@ def answered(text: str, classroom_id: str) -> float:
     return metric_samples(text, classroom_id).get(("classroom_questions_total", "answered"), 0.0)
 
 
-def test_two_workers_answer_pupils_and_their_metrics_add_up_to_the_records(settings: Settings) -> None:
-    own = isolated(settings)
+def test_two_workers_answer_pupils_and_their_metrics_add_up_to_the_records(vllm_settings: Settings) -> None:
+    own = isolated(vllm_settings)
     with service_process(own, workers=2) as service, closing(signed_in_teacher(own, service.url)) as teacher:
         deadline = time.monotonic() + 30
         while len(sockets := sorted(service.metrics_dir.glob("*.sock"))) < 2 and time.monotonic() < deadline:
