@@ -148,6 +148,11 @@ def test_the_questions_feed_comes_in_pages_newest_first(teacher: httpx.Client, j
     assert sum(pages, []) == seeded[::-1]
     second_ada = [q["id"] for q in stored_questions(teacher, classroom["id"], pupil="Ada (2)", limit="2", offset="1")]
     assert second_ada == [seeded[3], seeded[1]]
+    # Past any class's questions, the last page (empty); past what Redis can count, a sentence (the fuzz found a 500).
+    for pupil in ("", "ad"):
+        assert stored_questions(teacher, classroom["id"], pupil=pupil, offset=str(10**9)) == []
+        too_far = teacher.get(f"/api/classrooms/{classroom['id']}/questions", params={"pupil": pupil, "offset": 10**25})
+        assert too_far.status_code == 422 and "offset" in error_of(too_far)["message"]
 
 
 def test_a_teacher_cannot_touch_another_teachers_class_or_its_passages(

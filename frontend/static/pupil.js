@@ -48,16 +48,24 @@ function historyItem(q) {
   return item;
 }
 
-// The pupil's questions, newest first, but for the one shown above its answer.
-async function loadHistory() {
+// The pupil's questions, newest first.
+async function fetchQuestions() {
   const response = await api("GET", "/api/pupil/questions");
-  if (!response.ok) return [];
-  const { questions } = await response.json();
+  if (!response.ok) return null;
+  return (await response.json()).questions;
+}
+
+// The history: every question but the one shown above its answer.
+function showHistory(questions) {
   const earlier = questions.filter((q) => q.id !== current.id);
   $("history").replaceChildren(...earlier.map(historyItem));
   $("history-empty").hidden = earlier.length > 0;
   $("history-empty").textContent = current.id ? "No earlier questions yet." : "You have not asked anything yet.";
-  return questions;
+}
+
+async function loadHistory() {
+  const questions = await fetchQuestions();
+  if (questions) showHistory(questions);
 }
 
 function setState(state) {
@@ -230,11 +238,12 @@ async function load() {
   $("class-closed").hidden = me.is_open;
   watchClass();
   // An answer still being written (the page was reloaded, or came back): show it and follow it again.
-  const questions = await loadHistory();
+  // The history is shown once the question above its answer is known, so that it is not listed twice.
+  const questions = (await fetchQuestions()) || [];
   const writing = questions.find((q) => q.status === "answering");
+  if (writing) showCurrent(writing.id, writing.question, writing.answer);
+  showHistory(questions);
   if (writing) {
-    showCurrent(writing.id, writing.question, writing.answer);
-    loadHistory();
     setState(writing.answer ? "answering" : "thinking");
     followAnswer(await followAgain());
   }

@@ -219,6 +219,10 @@ async def class_pupils(classroom: OwnClassroom, store: StoreDep) -> PupilList:
     return PupilList(pupils=[RosterPupil(name=n, number=k, label=pupil_label(n, k)) for n, k in roster])
 
 
+# More than any class asks; Redis's ranges are 64-bit integers, which a larger offset would overflow.
+MOST_QUESTIONS_SKIPPED = 10**9
+
+
 @router.get("/api/classrooms/{classroom_id}/questions", responses=errors(*CLASS))
 async def list_questions(
     classroom: OwnClassroom,
@@ -232,7 +236,7 @@ async def list_questions(
     ] = None,
     passage_id: Annotated[str | None, Query(description="only questions about this passage")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MOST_QUESTIONS_SKIPPED)] = 0,
 ) -> QuestionList:
     """The classroom's questions with answers, usage and timings, newest first."""
     questions = await store.list_questions(
