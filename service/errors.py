@@ -46,10 +46,11 @@ class PassageTooLong(ServiceError):
     status_code = 422
     code = "passage_too_long"
 
-    def __init__(self, tokens: int, limit: int) -> None:
+    def __init__(self, tokens: int, limit: int, *, about: bool = False) -> None:
         over = tokens - limit
         super().__init__(
-            f"This passage is {tokens:,} tokens long, but a passage can be at most {limit:,} tokens. "
+            f"This passage is {'about ' if about else ''}{tokens:,} tokens long, but a passage can be at most "
+            f"{limit:,} tokens. "
             f"Please cut at least {over:,} tokens (about {round(over * 0.75):,} words) and try again."
         )
         self.tokens, self.limit, self.over = tokens, limit, over
@@ -278,3 +279,51 @@ class FileTooLarge(ServiceError):
 
     def __init__(self, limit_bytes: int) -> None:
         super().__init__(f"This file is too large: the most is {limit_bytes // (1024 * 1024)} MB.")
+
+
+class DocumentTooComplex(ServiceError):
+    """A file whose reading would take more memory or time than any passage needs: a zip bomb, a PDF built to
+    make its reader loop, or one merely huge. Its reader (a process of its own) is stopped, the service is not."""
+
+    status_code = 422
+    code = "document_too_complex"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This document is too large or too complex to read. Paste its text instead, or save the part pupils "
+            "should read as a smaller file."
+        )
+
+
+class TooManyPages(ServiceError):
+    status_code = 422
+    code = "too_many_pages"
+
+    def __init__(self, pages: int, most: int) -> None:
+        super().__init__(
+            f"This PDF has {pages:,} pages, more than a passage could come from (at most {most:,} are read). "
+            "Save only the pages pupils should read as a PDF and upload that, or paste their text."
+        )
+
+
+class FarTooLong(ServiceError):
+    """A text longer than any passage by its length alone (`Prompts.passage_max_chars`): how much longer is not
+    counted, since that would mean reading and tokenising all of it."""
+
+    status_code = 422
+    code = "passage_too_long"
+
+    def __init__(self, limit_tokens: int) -> None:
+        super().__init__(
+            f"This text is far longer than a passage can be: a passage can be at most {limit_tokens:,} tokens "
+            f"(about {round(limit_tokens * 0.75):,} words). Upload or paste only the part pupils should read."
+        )
+
+
+class RaisedElsewhere(ServiceError):
+    """An error of ours raised in another process (a document's reader), answered as it was raised there."""
+
+    def __init__(self, status_code: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.code = code

@@ -17,6 +17,7 @@ from service.classroom.abandoned import AbandonedAnswers
 from service.classroom.accounts import Accounts
 from service.classroom.answering import Answering
 from service.classroom.class_cache import ClassCache
+from service.classroom.document_worker import DocumentReader
 from service.classroom.live import LiveAnswers
 from service.classroom.notices import ClassNotices
 from service.classroom.prompting import Prompts
@@ -122,7 +123,12 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             prompts=prompts,
             fleet=fleet,
             warmup=warmup,
-            passages=Passages(store, prompts, warmup if settings.routing.warmup else None),
+            passages=Passages(
+                store,
+                prompts,
+                warmup if settings.routing.warmup else None,
+                DocumentReader(settings.documents, prompts.passage_max_chars),
+            ),
             metrics=metrics,
             scrape=scrape,
             answering=answering,

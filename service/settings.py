@@ -183,6 +183,27 @@ class LimitSettings(BaseModel):
     upload_max_bytes: int = 5 * 1024 * 1024
 
 
+class DocumentSettings(BaseModel):
+    """Uploaded files are read in a child process each (service/classroom/document_worker.py), within limits of
+    its own, so that no file can take the service's memory or its event loop: past a limit the teacher is told
+    to paste the text instead."""
+
+    # Files read at once by one service process; more wait their turn (each reader may take `memory_mib`).
+    readers: int = Field(default=2, ge=1)
+    # The reader's address space (RLIMIT_AS): Python with lxml and pypdf takes ~100 MiB of it before reading.
+    memory_mib: int = Field(default=768, ge=128)
+    # Wall-clock seconds a reader may take (and CPU seconds, RLIMIT_CPU): a 200-page PDF takes ~5 s on 2 cores.
+    time_s: float = Field(default=20.0, gt=0)
+    # A PDF with more pages is refused unread: a passage fills a few pages, and slides a few dozen.
+    max_pages: int = Field(default=200, ge=1)
+    # A .docx's text part (word/document.xml) uncompressed: a passage's is tens of kilobytes, a 300-page book's
+    # a few megabytes.
+    max_xml_mib: int = Field(default=32, ge=1)
+    # How much smaller than itself that part may be compressed: XML text compresses 5-20 times, a zip bomb
+    # hundreds of times.
+    max_compression_ratio: int = Field(default=100, ge=2)
+
+
 class SchoolSettings(BaseModel):
     # The school's clock, an IANA time zone name ("Europe/London", "America/Chicago"): the questions' export
     # gives each time in it, beside UTC. Checked at start-up: a misspelt zone stops the service, not an export.
@@ -239,6 +260,7 @@ class Settings(BaseSettings):
     routing: RoutingSettings = Field(default_factory=RoutingSettings)
     answer: AnswerSettings = Field(default_factory=AnswerSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    documents: DocumentSettings = Field(default_factory=DocumentSettings)
     turns: TurnSettings = Field(default_factory=TurnSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     school: SchoolSettings = Field(default_factory=SchoolSettings)

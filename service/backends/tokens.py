@@ -63,6 +63,12 @@ class ModelTokenizer:
     def count(self, text: str) -> int:
         return len(self.encode(text))
 
+    def count_long(self, text: str) -> int:
+        """`count` for a text of any length, in a worker thread: `encode_batch` lets go of the GIL while it
+        works (`encode` holds it, and a megabyte of text would hold the event loop for half a second)."""
+        (encoding,) = self._tokenizer.encode_batch([text], add_special_tokens=False)
+        return len(encoding.ids)
+
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         """The prompt text vLLM builds for these messages, ending with the assistant's turn."""
         return self._template.render(messages=list(messages), add_generation_prompt=True, tools=None)

@@ -8,7 +8,7 @@ school's (a setting) beside UTC, in a form spreadsheets read as a date and time.
 import csv
 import io
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
 from urllib.parse import quote
 from zoneinfo import ZoneInfo
@@ -48,21 +48,35 @@ def _cell(value: object) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
-def questions_csv(questions: Iterable[QuestionRecord], passages: dict[str, Passage], zone: ZoneInfo) -> str:
-    """The text of the file, byte-order mark first: encode it as UTF-8."""
-    out = io.StringIO()
-    out.write(BOM)
-    writer = csv.writer(out)
-    writer.writerow(columns(zone))
-    utc = ZoneInfo("UTC")
-    for q in questions:
-        passage = passages.get(q.passage_id)
+class QuestionsCsv:
+    """The file in pieces: its header, then the rows of each page of questions as it is read, so that a class of
+    a school year of questions is never held whole, nor written in one go on the event loop."""
+
+    def __init__(self, passages: dict[str, Passage], zone: ZoneInfo) -> None:
+        self._passages = passages
+        self._zone = zone
+        self._utc = ZoneInfo("UTC")
+
+    def header(self) -> str:
+        """The byte-order mark and the columns' names: encode it, and every piece after it, as UTF-8."""
+        return BOM + self.rows([], header=True)
+
+    def rows(self, questions: Iterable[QuestionRecord], *, header: bool = False) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out)
+        if header:
+            writer.writerow(columns(self._zone))
+        writer.writerows(self._row(q) for q in questions)
+        return out.getvalue()
+
+    def _row(self, q: QuestionRecord) -> list[str]:
+        passage = self._passages.get(q.passage_id)
         usage = q.usage
-        writer.writerow(
+        return [
             _cell(v)
             for v in (
-                _time(q.asked_at, zone),
-                _time(q.asked_at, utc),
+                _time(q.asked_at, self._zone),
+                _time(q.asked_at, self._utc),
                 pupil_label(q.pupil, q.pupil_number),
                 passage.title if passage else q.passage_id,
                 q.question,
@@ -75,8 +89,18 @@ def questions_csv(questions: Iterable[QuestionRecord], passages: dict[str, Passa
                 usage.cached_tokens if usage else None,
                 usage.completion_tokens if usage else None,
             )
-        )
-    return out.getvalue()
+        ]
+
+    async def pieces(self, pages: AsyncIterator[list[QuestionRecord]]) -> AsyncIterator[str]:
+        yield self.header()
+        async for page in pages:
+            yield self.rows(page)
+
+
+def questions_csv(questions: Iterable[QuestionRecord], passages: dict[str, Passage], zone: ZoneInfo) -> str:
+    """The whole text of the file, byte-order mark first: encode it as UTF-8."""
+    file = QuestionsCsv(passages, zone)
+    return file.header() + file.rows(questions)
 
 
 def attachment(filename: str) -> str:

@@ -24,12 +24,27 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from openai.types.chat import ChatCompletionMessageParam
 
 from service.backends.tokens import ModelTokenizer
-from service.errors import InvalidInput, PassageTooLong, QuestionTooLong
+from service.errors import FarTooLong, InvalidInput, PassageTooLong, QuestionTooLong
 from service.settings import PromptFormat, PromptLayout, Settings
 
 # Passages whose token prefix one process keeps, the least recently asked about going first: the active
 # passages of a few hundred classes, each ~6 bytes a token (kept as the JSON the request carries).
 PREFIXES_KEPT = 256
+
+
+# A passage longer than this is first counted a piece of about this size at a time (`Prompts._count_in_pieces`);
+# a cut between pieces, made at a space, changes their sum by a few tokens at most.
+COUNTED_WHOLE_CHARS = 32_000
+TOKENS_A_CUT_ADDS = 64
+
+
+def _piece_end(text: str, start: int) -> int:
+    """Where the piece of `text` from `start` ends: at most COUNTED_WHOLE_CHARS on, before a space if one is near."""
+    end = start + COUNTED_WHOLE_CHARS
+    if end >= len(text):
+        return len(text)
+    space = text.rfind(" ", end - 1000, end)
+    return space if space > start else end
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +97,9 @@ class Prompts:
         self.passage_max_tokens = max_model_len - answer_max_tokens - question_max_tokens - self.overhead_tokens
         if self.passage_max_tokens <= 0:
             raise ValueError("max_model_len leaves no room for a passage: raise it or lower the answer budget")
+        # No token spells more characters than the vocabulary's longest (128 in Qwen2.5's), so text longer than
+        # this is longer than any passage, uncounted: reading an uploaded document stops there.
+        self.passage_max_chars = (self.passage_max_tokens + 1) * max(map(len, tokenizer.vocabulary()))
 
     @classmethod
     def from_settings(cls, settings: Settings, model_dir: Path | None = None) -> "Prompts":
@@ -189,17 +207,37 @@ class Prompts:
 
     def passage_tokens(self, title: str, text: str) -> int:
         """What this passage adds to every prompt of the class, in the served model's tokens."""
-        return len(self.tokenizer.chat_ids(self.messages(title, text, ""))) - self.overhead_tokens
+        return (
+            self.tokenizer.count_long(self.tokenizer.render_chat(self.messages(title, text, ""))) - self.overhead_tokens
+        )
 
     def check_passage(self, title: str, text: str) -> int:
         if not title.strip():
             raise InvalidInput("Please give the passage a title.")
         if not text.strip():
             raise InvalidInput("The passage is empty. Please paste the text pupils should read.")
+        if len(title) + len(text) > self.passage_max_chars:
+            raise FarTooLong(self.passage_max_tokens)
+        if len(text) > COUNTED_WHOLE_CHARS:
+            counted, cuts = self._count_in_pieces(text)
+            if counted > self.passage_max_tokens + cuts * TOKENS_A_CUT_ADDS:
+                raise PassageTooLong(counted, self.passage_max_tokens, about=True)
+        # Short, or long in characters but within the budget in tokens: counted whole, as the prompt will be.
         tokens = self.passage_tokens(title, text)
         if tokens > self.passage_max_tokens:
             raise PassageTooLong(tokens, self.passage_max_tokens)
         return tokens
+
+    def _count_in_pieces(self, text: str) -> tuple[int, int]:
+        """A long text's tokens counted a piece at a time, so that memory follows the piece, not the text (a
+        tokenizer holds ~0.8 KB a token while it works: 460,000 characters of digits would be 350 MiB at once);
+        and how many cuts between pieces that sum counts across."""
+        counted, start, cuts = 0, 0, -1
+        while start < len(text):
+            end = _piece_end(text, start)
+            counted += self.tokenizer.count_long(text[start:end])
+            start, cuts = end, cuts + 1
+        return counted, cuts
 
     def check_question(self, question: str) -> None:
         if not question.strip():

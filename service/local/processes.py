@@ -4,6 +4,8 @@ Each runs in its own process group, so stopping it stops its children too (vLLM 
 processes); its output goes to a log file whose tail is shown when it fails to start.
 """
 
+import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -11,10 +13,12 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO
 
 import httpx
 
 POLL_S = 0.5
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def free_port() -> int:
@@ -37,10 +41,23 @@ class ProcessFailed(RuntimeError):
     pass
 
 
-def log_tail(path: Path, lines: int = 40) -> str:
-    if not path.is_file():
+def log_tail(path: Path | None, lines: int = 40) -> str:
+    if path is None or not path.is_file():
         return ""
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """Run in the child between fork and exec: the kernel sends it SIGTERM when its parent dies, however the
+    parent dies (SIGKILL and the OOM killer included), so that no server outlives the stack that started it."""
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded before the fork: the child only calls it
+
+    def arrange() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the call: nobody will send the signal
+            os._exit(1)
+
+    return arrange
 
 
 class ManagedProcess:
@@ -48,28 +65,37 @@ class ManagedProcess:
         self,
         name: str,
         argv: Sequence[str],
-        log_path: Path,
+        log_path: Path | None,
         *,
         env: dict[str, str] | None = None,
         pid_path: Path | None = None,
+        die_with_parent: bool = False,
     ) -> None:
+        """`log_path`: where its output goes (None: this process's own). `die_with_parent`: it gets SIGTERM when
+        this process dies (Linux's PR_SET_PDEATHSIG); only from a process that starts it from its main thread and
+        runs no other threads (the signal follows the thread that started it; forking beside threads is unsafe)."""
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
         self.env = env
         self.pid_path = pid_path
+        self.die_with_parent = die_with_parent
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
+        with contextlib.ExitStack() as files:
+            log: IO[bytes] | None = None
+            if self.log_path is not None:
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                log = files.enter_context(self.log_path.open("ab"))
             self.popen = subprocess.Popen(
                 self.argv,
                 stdout=log,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.STDOUT if log else None,
                 stdin=subprocess.DEVNULL,
                 env=self.env,
                 start_new_session=True,
+                preexec_fn=_die_with(os.getpid()) if self.die_with_parent else None,
             )
         if self.pid_path is not None:
             self.pid_path.parent.mkdir(parents=True, exist_ok=True)

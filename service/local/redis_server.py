@@ -21,7 +21,13 @@ def is_ready(url: str) -> bool:
 
 
 def redis_process(
-    port: int, data_dir: Path, log_path: Path, pid_path: Path | None = None, databases: int = 16
+    port: int,
+    data_dir: Path,
+    log_path: Path,
+    pid_path: Path | None = None,
+    databases: int = 16,
+    *,
+    die_with_parent: bool = False,
 ) -> ManagedProcess:
     binary = shutil.which("redis-server")
     if binary is None:
@@ -40,13 +46,20 @@ def redis_process(
         "--daemonize", "no",
         "--databases", str(databases),
     ]  # fmt: skip
-    return ManagedProcess(f"Redis on port {port}", argv, log_path, pid_path=pid_path)
+    return ManagedProcess(f"Redis on port {port}", argv, log_path, pid_path=pid_path, die_with_parent=die_with_parent)
 
 
 def start_redis(
-    url: str, port: int, data_dir: Path, log_path: Path, pid_path: Path | None = None, databases: int = 16
+    url: str,
+    port: int,
+    data_dir: Path,
+    log_path: Path,
+    pid_path: Path | None = None,
+    databases: int = 16,
+    *,
+    die_with_parent: bool = False,
 ) -> ManagedProcess:
-    process = redis_process(port, data_dir, log_path, pid_path, databases)
+    process = redis_process(port, data_dir, log_path, pid_path, databases, die_with_parent=die_with_parent)
     process.start()
     process.wait_until(lambda: is_ready(url), STARTUP_TIMEOUT_S)
     return process

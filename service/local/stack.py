@@ -1,13 +1,22 @@
-"""`classroom up`: Redis, vLLM and the service on 127.0.0.1, each started unless already running."""
+"""`classroom up`: Redis, vLLM and the service on 127.0.0.1, each started unless already running, and kept
+running: this process supervises all three. The service runs as a child (`classroom serve`) that is started
+again if it dies, so a crash or the kernel's OOM killer costs pupils a few seconds, not the stack; if it keeps
+dying, everything stops. Redis and vLLM are started with PR_SET_PDEATHSIG, so that they stop with this process
+however it ends (Ctrl-C, SIGTERM, or SIGKILL), never left running without a parent."""
 
 import asyncio
 import secrets
+import signal
+import sys
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
+from pathlib import Path
+from types import FrameType
 
-from service.app import serve
 from service.classroom.accounts import Accounts
 from service.local.model.prepare import announce, prepare_model
+from service.local.processes import ManagedProcess, ProcessFailed, answers_ok
 from service.local.redis_server import is_ready as redis_ready
 from service.local.redis_server import start_redis
 from service.local.vllm_server import server as vllm_server
@@ -22,7 +31,8 @@ def _ensure_redis(settings: Settings, stack: ExitStack, say: Callable[[str], Non
         say(f"Redis: using the server already at {settings.redis.url}")
         return
     data_dir = settings.state_dir / "redis"
-    process = start_redis(settings.redis.url, settings.redis.port, data_dir, settings.state_dir / "logs" / "redis.log")
+    log = settings.state_dir / "logs" / "redis.log"
+    process = start_redis(settings.redis.url, settings.redis.port, data_dir, log, die_with_parent=True)
     stack.callback(process.stop)
     say(f"Redis: started on port {settings.redis.port}, append-only file in {data_dir}")
 
@@ -36,7 +46,7 @@ def _ensure_vllm(settings: Settings, stack: ExitStack, say: Callable[[str], None
     if ensure_vllm_venv(backend.venv, device):
         say(f"vLLM: installed into {backend.venv}")
     say(f"vLLM: starting on {device.upper()} (log: {settings.state_dir / 'logs'}); this takes about a minute")
-    process = vllm_server.start_vllm(settings, settings.model.dir, device)
+    process = vllm_server.start_vllm(settings, settings.model.dir, device, die_with_parent=True)
     stack.callback(process.stop)
     say(f"vLLM: ready at {backend.base_url}, serving as {backend.served_model_name}")
 
@@ -59,7 +69,60 @@ async def _demo_teacher(settings: Settings) -> str:
         return f"{DEMO_TEACHER}, password {password} (kept in {password_file})"
 
 
+# The service is started again after it dies, unless it died this many times within the window: then something
+# is wrong that a restart does not mend (a port taken, a broken setting), and the stack stops whole.
+MOST_RESTARTS = 5
+RESTART_WINDOW_S = 60.0
+SERVICE_START_S = 60.0
+
+
+def _ended(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    name = signal.Signals(-returncode).name
+    return f"was killed by {name}" + (
+        " (the kernel's out-of-memory killer sends it, among others)" if name == "SIGKILL" else ""
+    )
+
+
+def supervise_service(settings: Settings, say: Callable[[str], None]) -> None:
+    """Run `classroom serve` (its output on this terminal) until this process is told to stop; start it again
+    each time it dies, unless it died `MOST_RESTARTS` times within `RESTART_WINDOW_S`."""
+    argv = [str(Path(sys.executable).with_name("classroom")), "serve"]
+    alive = f"http://{settings.api.host}:{settings.api.port}/healthz"
+    deaths: list[float] = []
+    while True:
+        service = ManagedProcess("the service", argv, None, die_with_parent=True)
+        service.start()
+        assert service.popen is not None
+        try:
+            service.wait_until(lambda: answers_ok(alive), SERVICE_START_S)
+            service.popen.wait()
+        except ProcessFailed:  # it died before it answered, or never answered (then it was stopped)
+            pass
+        except BaseException:  # Ctrl-C, SIGTERM: stop it, then the rest (the caller's ExitStack)
+            service.stop()
+            raise
+        why = f"The service {_ended(service.popen.wait())}."
+        now = time.monotonic()
+        deaths = [t for t in deaths if now - t < RESTART_WINDOW_S] + [now]
+        if len(deaths) > MOST_RESTARTS:
+            say(f"{why} It died {len(deaths)} times within {RESTART_WINDOW_S:.0f} s: stopping everything.")
+            raise SystemExit(1)
+        say(f"{why} Starting it again.")
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (a `kill`, a container's stop) ends the stack as Ctrl-C does: children stopped, in order."""
+
+    def stop(signum: int, _: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def run_stack(settings: Settings, say: Callable[[str], None]) -> None:
+    _stop_on_sigterm()
     on_gpu = detect_device(settings.backend.device) == "gpu"
     size = settings.model.resolved_size(on_gpu)
     manifest = prepare_model(settings.model.dir, size, settings.model.seed, standin=settings.model.standin)
@@ -72,4 +135,7 @@ def run_stack(settings: Settings, say: Callable[[str], None]) -> None:
             say(f"Teachers sign in at {url}/teacher as {asyncio.run(_demo_teacher(settings))}")
         say(f"Pupils join at {url}/ with a class's code. API docs: {url}/docs")
         say(f"\nclassroom-assistant is up at {url}/. Ctrl-C stops it all.\n")
-        serve(settings)
+        try:
+            supervise_service(settings, say)
+        except KeyboardInterrupt:
+            say("Stopping the service, vLLM and Redis.")

@@ -222,6 +222,18 @@ class QuestionStore(PupilStore):
             *_, ids, _ = await tx.execute()
         return list(ids)
 
+    async def question_pages(self, classroom_id: str, page: int) -> AsyncIterator[list[QuestionRecord]]:
+        """Every question of the class, newest first, `page` at a time (a round trip each): a class's whole
+        history is never read at once. Ranks are counted from the oldest, so the questions asked meanwhile (at
+        the top) move none of those still to read: each is read once, and the new ones not at all."""
+        index = Keys.questions(classroom_id)
+        end = int(await self.redis.zcard(index))
+        while end > 0:
+            start = max(0, end - page)
+            ids = texts(await self.redis.zrange(index, start, end - 1))
+            yield (await self._questions(ids))[::-1]
+            end = start
+
     async def pupil_questions(self, pupil_id: str, limit: int) -> list[QuestionRecord]:
         """One pupil's own questions, newest first."""
         return await self._questions(texts(await self.redis.zrevrange(Keys.pupil_questions(pupil_id), 0, limit - 1)))

@@ -13,7 +13,9 @@ def is_ready(root_url: str) -> bool:
     return answers_ok(f"{root_url}/health")
 
 
-def vllm_process(settings: Settings, model_dir: Path, device: Device, *, pid_file: bool = False) -> ManagedProcess:
+def vllm_process(
+    settings: Settings, model_dir: Path, device: Device, *, pid_file: bool = False, die_with_parent: bool = False
+) -> ManagedProcess:
     backend = settings.backend
     return ManagedProcess(
         "vLLM",
@@ -21,6 +23,7 @@ def vllm_process(settings: Settings, model_dir: Path, device: Device, *, pid_fil
         settings.state_dir / "logs" / f"vllm-{backend.port}.log",
         env=serve_env(backend, device, dict(os.environ)),
         pid_path=pid_path(settings) if pid_file else None,
+        die_with_parent=die_with_parent,
     )
 
 
@@ -28,9 +31,11 @@ def pid_path(settings: Settings) -> Path:
     return settings.state_dir / "run" / f"vllm-{settings.backend.port}.pid"
 
 
-def start_vllm(settings: Settings, model_dir: Path, device: Device, *, pid_file: bool = False) -> ManagedProcess:
+def start_vllm(
+    settings: Settings, model_dir: Path, device: Device, *, pid_file: bool = False, die_with_parent: bool = False
+) -> ManagedProcess:
     """Start vLLM and wait until it serves; returns the running process."""
-    process = vllm_process(settings, model_dir, device, pid_file=pid_file)
+    process = vllm_process(settings, model_dir, device, pid_file=pid_file, die_with_parent=die_with_parent)
     process.start()
     process.wait_until(lambda: is_ready(settings.backend.root_url), settings.backend.startup_timeout_s)
     return process

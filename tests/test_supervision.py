@@ -1,0 +1,147 @@
+"""`classroom up` supervises what it starts: the service is started again when it dies (as when the kernel's OOM
+killer ends it), everything stops if it keeps dying, and Redis and vLLM never outlive the stack however it ends
+(PR_SET_PDEATHSIG): Ctrl-C, SIGTERM or SIGKILL. Each test runs a real `classroom up` on ports of its own."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+import pytest
+
+from service.local.processes import answers_ok, free_port
+from service.local.stack import MOST_RESTARTS
+from tests.conftest import STATE, TINY_MODEL, Vllm, report
+
+pytestmark = pytest.mark.slow  # a stack of its own: Redis, the service, and in one test vLLM
+
+CLASSROOM = str(Path(sys.executable).with_name("classroom"))
+
+
+def eventually(check: Callable[[], bool], timeout_s: float, what: str) -> float:
+    """Seconds until `check()` held; fails with `what` after `timeout_s`."""
+    began = time.monotonic()
+    while not check():
+        assert time.monotonic() - began < timeout_s, f"{what} (after {timeout_s:.0f} s)"
+        time.sleep(0.2)
+    return time.monotonic() - began
+
+
+class Stack:
+    def __init__(self, process: subprocess.Popen[bytes], api_port: int, log: Path) -> None:
+        self.process = process
+        self.url = f"http://127.0.0.1:{api_port}"
+        self.log = log
+
+    def children(self) -> dict[str, psutil.Process]:
+        """The stack's own children by what they are: redis, vllm, service."""
+        found = {}
+        for child in psutil.Process(self.process.pid).children():
+            try:
+                command = " ".join(child.cmdline())
+            except psutil.Error:  # gone, or a zombie not reaped yet: not running any more
+                continue
+            kind = "redis" if "redis-server" in command else "service" if command.endswith(" serve") else "vllm"
+            found[kind] = child
+        return found
+
+    def ready(self) -> bool:
+        return answers_ok(f"{self.url}/readyz")
+
+
+@contextmanager
+def classroom_up(backend_url: str) -> Iterator[Stack]:
+    """`classroom up` with a Redis of its own; it starts vLLM too unless one already serves `backend_url`."""
+    api_port = free_port()
+    state = STATE / f"up-{api_port}"
+    env = dict(os.environ) | {
+        "CLASSROOM_STATE_DIR": str(state),
+        "CLASSROOM_REDIS__URL": f"redis://127.0.0.1:{free_port()}/0",
+        "CLASSROOM_BACKEND__BASE_URL": backend_url,
+        "CLASSROOM_MODEL__DIR": str(TINY_MODEL),
+        "CLASSROOM_MODEL__SIZE": "tiny",
+        "CLASSROOM_MODEL__STANDIN": "true",
+        "CLASSROOM_API__PORT": str(api_port),
+        "CLASSROOM_API__WORKERS": "1",
+    }
+    log = STATE / "logs" / f"classroom-up-{api_port}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        process = subprocess.Popen([CLASSROOM, "up"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    stack = Stack(process, api_port, log)
+    everything: list[psutil.Process] = []
+    try:
+        eventually(lambda: stack.ready() or process.poll() is not None, 300, "classroom up never became ready")
+        assert process.poll() is None, log.read_text()
+        everything = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+        yield stack
+    finally:
+        process.kill()
+        process.wait()
+        for left in everything:  # whatever a failed test left behind
+            try:
+                left.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+def gone(processes: list[psutil.Process]) -> Callable[[], bool]:
+    def check() -> bool:
+        return not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes)
+
+    return check
+
+
+def test_the_service_is_started_again_when_it_is_killed_and_nothing_outlives_a_killed_stack() -> None:
+    # A vLLM of the stack's own, on a port nobody serves, so that the stack starts it.
+    with classroom_up(f"http://127.0.0.1:{free_port()}/v1") as stack:
+        children = stack.children()
+        assert set(children) == {"redis", "vllm", "service"}, children
+        children["service"].send_signal(signal.SIGKILL)  # as the kernel's OOM killer does
+        restarted_s = eventually(
+            lambda: stack.ready() and stack.children()["service"].pid != children["service"].pid,
+            60,
+            "the killed service was not started again",
+        )
+        report("classroom up: the killed service answers again after (s)", round(restarted_s, 1))
+        assert "was killed by SIGKILL" in stack.log.read_text()
+        everything = [*psutil.Process(stack.process.pid).children(recursive=True)]
+
+        stack.process.send_signal(signal.SIGKILL)
+        stopped_s = eventually(gone(everything), 60, "Redis, vLLM or the service outlived the killed stack")
+        report("classroom up killed: its Redis, vLLM and service gone after (s)", round(stopped_s, 1))
+
+
+def test_a_service_that_keeps_dying_stops_the_whole_stack(vllm: Vllm) -> None:
+    with classroom_up(vllm.base_url) as stack:  # the session's vLLM serves already: the stack starts only Redis
+        redis = stack.children()["redis"]
+        killed: set[int] = set()
+
+        def new_service() -> psutil.Process | None:
+            service = stack.children().get("service") if stack.process.poll() is None else None
+            return service if service is not None and service.pid not in killed else None
+
+        while stack.process.poll() is None:
+            eventually(lambda: stack.process.poll() is not None or new_service() is not None, 60, "no service")
+            if (service := new_service()) is not None:
+                service.send_signal(signal.SIGKILL)
+                killed.add(service.pid)
+        assert stack.process.wait(30) == 1 and len(killed) == MOST_RESTARTS + 1
+        assert "stopping everything" in stack.log.read_text()
+        eventually(gone([redis]), 30, "Redis outlived the stack")
+        assert answers_ok(f"{vllm.root_url}/health"), "a vLLM the stack did not start is left alone"
+
+
+def test_sigterm_stops_the_service_and_redis_in_order(vllm: Vllm) -> None:
+    with classroom_up(vllm.base_url) as stack:
+        children = stack.children()
+        stack.process.send_signal(signal.SIGTERM)  # as Ctrl-C, or a container's stop
+        assert stack.process.wait(60) == 0
+        eventually(gone(list(children.values())), 30, "the service or Redis outlived a stopped stack")
+        assert "Stopping the service, vLLM and Redis." in stack.log.read_text()
+        assert answers_ok(f"{vllm.root_url}/health")
