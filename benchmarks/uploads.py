@@ -11,6 +11,7 @@ less its VmRSS then). A case that kills the service is said so, and the service 
 
     .venv/bin/python -m benchmarks.uploads --label after
     .venv/bin/python -m benchmarks.uploads --label before --checkout /tmp/before --memory-cap-gib 8
+    .venv/bin/python -m benchmarks.uploads --report before after     # the table of results/uploads.md
 
 `--checkout` serves another checkout's service/ with that checkout's own .venv (how the `before` column was made,
 from 61b5e8b); the memory cap (prlimit --as) keeps a service that would grow to 18 GB from taking the machine
@@ -22,6 +23,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -281,6 +284,35 @@ def _row(o: Outcome) -> str:
     )
 
 
+def _answer(o: dict[str, Any]) -> str:
+    if o["service_died"]:
+        return "**the service died**"
+    if o["status"] == 200:
+        return "200"
+    code = re.search(r'"code":"(\w+)"', o["message"])  # the message is kept cut to 160 characters
+    return f"{o['status']} {code[1] if code else o['message'][:40]}"
+
+
+def report(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """The two saved runs side by side, a row a case (in the `after` run's order)."""
+    old = {o["case"]: o for o in before["cases"]}
+    lines = [
+        f"| case | file | {before['label']}: answer | took | pupil's silence | peak "
+        f"| {after['label']}: answer | took | pupil's silence | peak |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for new in after["cases"]:
+        row = [new["case"], f"{new['size_bytes'] / 1e6:.2f} MB"]
+        for o in (old.get(new["case"]), new):
+            if o is None:
+                row += ["–"] * 4
+                continue
+            peak = "–" if o["service_died"] else f"+{o['peak_above_mib']:.0f} MiB"
+            row += [_answer(o), f"{o['seconds']:.2f} s", f"{o['longest_silence_s']:.2f} s", peak]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", default="after")
@@ -289,7 +321,12 @@ def main() -> None:
     parser.add_argument("--tpot-ms", type=float, default=20.0, help="the fake vLLM's pace: a token every so often")
     parser.add_argument("--profile-dir", type=Path, help="py-spy over the service during each case, its top here")
     parser.add_argument("--only", nargs="*", help="cases whose name holds one of these words")
+    parser.add_argument("--report", nargs=2, metavar=("BEFORE", "AFTER"), help="two saved labels side by side")
     args = parser.parse_args()
+    if args.report:
+        before, after = (json.loads((RESULTS / f"uploads-{label}.json").read_text()) for label in args.report)
+        print(report(before, after))
+        return
     cases = [c for c in CASES if not args.only or any(w.lower() in c.name.lower() for w in args.only)]
 
     STATE.mkdir(parents=True, exist_ok=True)
