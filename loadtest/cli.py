@@ -14,12 +14,12 @@ import typer
 from loadtest import report as reports
 from loadtest.client import PupilApiTarget, Target, VllmTarget
 from loadtest.environment import environment, model_info
+from loadtest.files import model_prompts, read_saved
 from loadtest.quality.cli import quality_app
 from loadtest.results import ProfileKind, RunConfig, RunResult, TargetKind, WorkloadInfo, WorkloadKind
 from loadtest.runner import SweepPlan, run
 from loadtest.scheduler import DEFAULT_MAX_IN_FLIGHT, Profile
 from loadtest.workload import Workload, classroom, seed_workload, synthetic
-from service.classroom.prompting import Prompts
 from service.settings import Settings
 
 app = typer.Typer(help="The pre-rollout load test: latency, quality and cost of a variant.", no_args_is_help=True)
@@ -102,7 +102,7 @@ def run_command(
     plan = _profile(profile, rate, streams, sweep_steps)
     seed = seed if seed is not None else secrets.randbelow(2**31)
     folder = model_dir or settings.model.dir
-    prompts = Prompts.from_settings(settings, folder)
+    prompts = model_prompts(settings, folder)
     answer_tokens = output_tokens or settings.answer.max_tokens
     notes: list[str] = []
 
@@ -237,7 +237,7 @@ def report_command(
     out: Annotated[Path | None, typer.Option(help="write the Markdown here (default: print it)")] = None,
 ) -> None:
     """Render the report of saved runs again, from their JSON alone."""
-    text = "\n\n".join(reports.render(RunResult.load(path)) for path in results)
+    text = "\n\n".join(reports.render(read_saved(path, RunResult, "RESULTS")) for path in results)
     if out is None:
         typer.echo(text)
     else:
@@ -257,8 +257,10 @@ def overhead_command(
     """The client's own overhead against fake_vllm: rate held, send lag, CPU per request."""
     from loadtest.overhead import run_overhead
 
+    folder = model_dir or Settings().model.dir
+    model_prompts(Settings(), folder)  # a sentence, not a traceback, where no model is
     results = run_overhead(
-        model_dir or Settings().model.dir,
+        folder,
         rate=rate,
         requests=requests,
         output_tokens=output_tokens,
@@ -297,12 +299,15 @@ def compare_command(
     from loadtest.quality.cli import AgreementResult
     from loadtest.quality.rubric import RubricResult
 
-    loaded = [(p, RunResult.load(p)) for p in runs]
+    loaded = [(p, read_saved(p, RunResult, "RUNS")) for p in runs]
+    agreements = [read_saved(p, AgreementResult, "--agreement") for p in agreement or []]
+    if (mismatch := decide.mismatched_agreement(loaded, agreements)) is not None:
+        raise typer.BadParameter(mismatch, param_hint="--agreement")
     target = ttft_target_ms or loaded[0][1].config.ttft_target_ms
     report = decide.render(
         loaded,
-        [AgreementResult.model_validate_json(p.read_text()) for p in agreement or []],
-        [RubricResult.model_validate_json(p.read_text()) for p in rubric or []],
+        agreements,
+        [read_saved(p, RubricResult, "--rubric") for p in rubric or []],
         price=gpu_price,
         gpus=gpus,
         gate=decide.Gate(min_top1, max_kl, max_score_drop),

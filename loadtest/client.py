@@ -63,6 +63,7 @@ class Timeline:
     clock_zero: float
     scheduled_at: float
     sent_at: float = 0.0
+    free_at: float | None = None  # the pupil API: when the pupil's previous answer had ended
     token_times: list[float] = field(default_factory=list)
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
@@ -88,6 +89,7 @@ class Timeline:
             group=spec.group,
             scheduled_at=self.scheduled_at,
             sent_at=self.sent_at,
+            pupil_free_at=self.free_at,
             first_token_at=self.token_times[0] if self.token_times else None,
             token_times=self.token_times,
             ended_at=self.now(),
@@ -252,8 +254,10 @@ class PupilApiTarget:
         assert spec.group is not None and spec.pupil is not None and spec.question is not None
         key = (spec.group, spec.pupil)
         # One answer at a time per pupil (the service answers 409 otherwise): a pupil whose answer still
-        # streams asks the next question when it ends; the wait shows as send lag, not as latency.
+        # streams asks the next question when it ends. That wait is the workload's, not latency and not the
+        # client's lateness: it is reported apart ("waiting for the pupil's previous answer").
         async with self._busy[key]:
+            timeline.free_at = timeline.now()
             await _guarded(timeline, self._stream(spec, self._pupils[key], timeline))
 
     async def _stream(self, spec: RequestSpec, cookie: str, timeline: Timeline) -> None:

@@ -80,6 +80,27 @@ def quality(variant: str, agreement: list[AgreementResult], rubrics: list[Rubric
     return VariantQuality(passes=True, reason=reason)
 
 
+def mismatched_agreement(runs: list[tuple[Path, RunResult]], agreement: list[AgreementResult]) -> str | None:
+    """Why an agreement measurement does not belong with these runs (it was measured on another model than the
+    one their original serves), or None. Its own description of the model is compared where it has one (older
+    files name only the model's folder)."""
+    originals = [r.model for _, r in runs if r.config.variant == REFERENCE]
+    for a in agreement:
+        for model in originals:
+            if a.model_description is not None and model.kind is not None:
+                same = a.model_description == model.description
+            else:
+                same = Path(a.model_dir).resolve() == Path(model.path or "").resolve()
+            if not same:
+                measured = a.model_description or f"the model in {a.model_dir}"
+                served = model.description if model.kind is not None else f"the model in {model.path}"
+                return (
+                    f"the {a.candidate} agreement was measured on {measured}, but the runs' {REFERENCE} serves "
+                    f"{served}: measure the agreement on the runs' own model (`classroom loadtest quality agreement`)"
+                )
+    return None
+
+
 def levels_of(
     runs: list[tuple[Path, RunResult]], qualities: dict[str, VariantQuality], price: float, gpus: int, target_ms: float
 ) -> list[Level]:

@@ -14,6 +14,9 @@ from loadtest.results import Benchmark  # noqa: E402
 from loadtest.stats import Figures, e2e, ttft  # noqa: E402
 
 DPI = 110
+# The series' colours: matplotlib's tab10 without its red, which marks the target line alone.
+SERIES_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:gray", "tab:olive"]
+TARGET_COLOUR = "tab:red"
 
 
 def latency_cdfs(levels: dict[str, Benchmark], path: Path) -> Path:
@@ -31,7 +34,7 @@ def latency_cdfs(levels: dict[str, Benchmark], path: Path) -> Path:
         ax.set_ylabel("share of requests")
         ax.set_title(f"{name}, cumulative")
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="lower right")  # each panel says its own lines
     return _save(fig, path)
 
 
@@ -41,16 +44,20 @@ def _x(f: Figures) -> float:
 
 
 def against_rate(figures: dict[str, list[Figures]], ttft_target_ms: float, path: Path) -> Path:
-    """One line per series (a variant on one workload) over its load levels."""
+    """One line per series (a variant on one workload) over its load levels, each in a colour of its own and the
+    target line in red alone. The axis starts at 0, so that one rate is a point at its rate and not the middle
+    of a 3.8-4.2 axis; series at the same rate are set a little apart, so that none hides another."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for variant, levels in figures.items():
+    top = max((_x(f) for levels in figures.values() for f in levels), default=1.0) or 1.0
+    for i, (variant, levels) in enumerate(figures.items()):
         ordered = sorted(levels, key=_x)
-        xs = [_x(f) for f in ordered]
-        left.plot(xs, [f.ttft_ms.p50 for f in ordered], "o--", label=f"{variant} p50")
-        left.plot(xs, [f.p95_ttft_all_ms for f in ordered], "o-", label=f"{variant} p95")
-        right.plot(xs, [f.request_throughput for f in ordered], "o-", label=f"{variant} completed")
-        right.plot(xs, [f.goodput for f in ordered], "s--", label=f"{variant} goodput")
-    left.axhline(ttft_target_ms, color="red", lw=1, label="p95 target")
+        xs = [_x(f) + (i - (len(figures) - 1) / 2) * 0.02 * top for f in ordered]
+        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
+        left.plot(xs, [f.ttft_ms.p50 for f in ordered], "o--", color=colour, label=f"{variant} p50")
+        left.plot(xs, [f.p95_ttft_all_ms for f in ordered], "^-", color=colour, label=f"{variant} p95")
+        right.plot(xs, [f.request_throughput for f in ordered], "o-", color=colour, label=f"{variant} completed")
+        right.plot(xs, [f.goodput for f in ordered], "s--", color=colour, label=f"{variant} goodput")
+    left.axhline(ttft_target_ms, color=TARGET_COLOUR, lw=1.5, ls=":", label=f"p95 target ({ttft_target_ms:g} ms)")
     left.set(
         xlabel="rate (req/s: offered, or achieved for synchronous/throughput)",
         ylabel="TTFT (ms)",
@@ -58,6 +65,8 @@ def against_rate(figures: dict[str, list[Figures]], ttft_target_ms: float, path:
     )
     right.set(xlabel="rate (req/s)", ylabel="req/s", title="throughput against rate")
     for ax in (left, right):
+        ax.set_xlim(0, top * 1.15)
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     return _save(fig, path)

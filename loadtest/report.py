@@ -17,8 +17,12 @@ Definitions (times from the client's clock; percentiles interpolate linearly, as
   vLLM's `prefix_cache_hits_total` / `prefix_cache_queries_total` over the level (read after a pause).
 - **Server's own histograms**: the change of vLLM's TTFT, ITL and E2E histograms over the level;
   client − server is what the client and its path (through the service: the service too) add.
-- **Send lag**: how late the client sent each request against the schedule; **client CPU**: the client
-  process's CPU time per request. Both measure the load tester itself."""
+- **Send lag**: how late the client sent each request against the schedule (or against the moment its pupil
+  was free to ask, if later); **client CPU**: the client process's CPU time per request. Both measure the load
+  tester itself.
+- **Waiting for the pupil's previous answer** (through the service): a pupil asks one question at a time, so a
+  question due while the pupil's last answer still streams waits for it to end; counted over those that waited.
+  The workload's own shape, apart from latency and from send lag."""
 
 
 def _ms(value: float | None) -> str:
@@ -29,7 +33,7 @@ def _row(name: str, d: Distribution) -> str:
     return f"| {name} | {d.count} | {_ms(d.mean)} | {_ms(d.p50)} | {_ms(d.p90)} | {_ms(d.p95)} | {_ms(d.p99)} |"
 
 
-def _level(f: Figures) -> list[str]:
+def level_table(f: Figures) -> list[str]:
     errors = ", ".join(f"{k}: {v}" for k, v in f.errors.items()) or "none"
     lines = [
         f"### {f.label}",
@@ -50,6 +54,8 @@ def _level(f: Figures) -> list[str]:
         _row("E2E", f.e2e_ms),
         _row("send lag (client)", f.send_lag_ms),
     ]
+    if f.pupil_wait_ms.count:  # the pupil API: the questions that waited for their pupil's previous answer
+        lines.append(_row("waiting for the pupil's previous answer", f.pupil_wait_ms))
     if f.service_ttft_ms.count:
         lines += [
             _row("service's own TTFT of vLLM", f.service_ttft_ms),
@@ -126,6 +132,6 @@ def render(result: RunResult) -> str:
     for bench in result.benchmarks:
         if bench.stopped_by == "deadline":
             lines.append(f"**{bench.label} was stopped by the safety deadline; cut requests are counted as errors.**\n")
-        lines += _level(figures(bench, c.ttft_target_ms))
+        lines += level_table(figures(bench, c.ttft_target_ms))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"

@@ -26,6 +26,9 @@ class RequestRecord(BaseModel):
     index: int
     group: str | None = None  # the class, for the classroom workload
     scheduled_at: float  # when the profile meant it to leave
+    # Through the pupil API: when the pupil was free to ask it (their previous answer had ended); a pupil asks one
+    # question at a time, so a question due while the last still streams waits for it.
+    pupil_free_at: float | None = None
     sent_at: float  # when the client began sending it
     first_token_at: float | None = None
     token_times: list[float] = Field(default_factory=list)

@@ -18,7 +18,11 @@ them with every report):
   *meets the target* when the p95 TTFT of all its requests, failed ones counted as missing it, is at most
   the target.
 - Cached-token ratio: cached prompt tokens / prompt tokens, from each response's usage, per class and in all.
-- Send lag: how late the client sent each request against the profile's schedule (client overhead).
+- Send lag: how late the client sent each request against the profile's schedule, or against the moment its
+  pupil was free to ask if that came later (client overhead).
+- Waiting for the pupil's previous answer (pupil API): how long a question due while its pupil's last answer still
+  streamed waited for that answer to end (a pupil asks one question at a time). The workload's own shape, neither
+  latency nor the client's lateness.
 - Server timing: the change of vLLM's own TTFT, ITL and E2E histograms (sum / count) over the level, and
   the client's mean minus the server's (the client's and the network's share; through the service, the
   service's too).
@@ -210,6 +214,7 @@ class Figures(BaseModel):
     server_cache: list[ServerCacheDelta]
     server_timing: list[ServerTiming]  # the server's own histograms, client minus server (one server: exact)
     send_lag_ms: Distribution
+    pupil_wait_ms: Distribution  # the pupil API: questions that waited for their pupil's previous answer
     client_cpu_ms_per_request: float | None
     service_ttft_ms: Distribution  # the service's own TTFT of its backend call (pupil API)
     service_overhead_ttft_ms: Distribution  # client TTFT - the service's TTFT, per request
@@ -280,7 +285,10 @@ def figures(bench: Benchmark, ttft_target_ms: float) -> Figures:
         cache_by_class={g: cache_figures(r for r in ok if r.group == g) for g in groups},
         server_cache=[server_delta(s.url, s.before, s.after) for s in bench.cache],
         server_timing=timings,
-        send_lag_ms=distribution([max(0.0, r.sent_at - r.scheduled_at) for r in records]),
+        send_lag_ms=distribution([max(0.0, r.sent_at - max(r.scheduled_at, r.pupil_free_at or 0.0)) for r in records]),
+        pupil_wait_ms=distribution(
+            [r.pupil_free_at - r.scheduled_at for r in records if r.pupil_free_at and r.pupil_free_at > r.scheduled_at]
+        ),
         client_cpu_ms_per_request=bench.client_cpu_s * 1000 / len(records) if records else None,
         service_ttft_ms=distribution(service_ttft),
         service_overhead_ttft_ms=distribution(overhead),

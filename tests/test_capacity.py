@@ -42,6 +42,20 @@ def test_the_seeds_worked_example() -> None:
     assert per_token * 4096 == 512 * MIB
 
 
+def test_the_seeds_worked_example_is_one_command_from_its_shape() -> None:
+    shape = ["capacity", "--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--kv-dtype", "bfloat16"]
+    printed = CliRunner().invoke(app, [*shape, "--json", "--class-size", "30", "--passage-tokens", "1000"])
+    assert printed.exit_code == 0, printed.output
+    plan = cap.CapacityPlan.model_validate(json.loads(printed.output))
+    assert plan.kv_bytes_per_token == 128 * KIB and plan.request_bytes == 512 * MIB and not plan.weight_bytes_read
+    # 30 pupils of 1,000 + 128 + 256 tokens in 128-token blocks (vLLM-CPU): 11 blocks each, alone; sharing, the
+    # passage's 7 whole blocks once and 4 blocks a pupil.
+    block = 128 * 128 * KIB
+    assert (plan.class_bytes_alone, plan.class_bytes_sharing) == (30 * 11 * block, (7 + 30 * 4) * block)
+    text = CliRunner().invoke(app, shape).output
+    assert "KV per token        131,072 B (128.00 KiB)" in text and "KV of one request   512.00 MiB" in text
+
+
 def test_kv_bytes_per_token_of_qwen2_5_as_model_md_gives_them() -> None:
     # shared/MODEL.md: 1.5B -> 28,672 B (28 KiB), 0.5B -> 12,288 B (12 KiB) in bf16.
     for size, expected in (("1.5b", 28 * KIB), ("0.5b", 12 * KIB)):

@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 import docx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from service.classroom.document_worker import DocumentReader
 from service.classroom.documents import Document, ReadingLimits, read_document
@@ -146,3 +148,34 @@ def test_readers_at_once_are_bounded_per_process() -> None:
         return asyncio.get_running_loop().time() - began
 
     assert asyncio.run(three_at_once()) >= 3.0  # one after another, each stopped at its second
+
+
+VALID = {
+    ".docx": documents.docx_bytes(["Honeybees live in colonies.", "Workers fly."], title="Bees"),
+    ".pdf": documents.pdf_pages([["Honeybees live in colonies."], ["Workers fly."]]),
+    ".md": b"# Bees\n\nHoneybees live in colonies.",
+}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(sorted(VALID)),
+    flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), max_size=8),
+    cut=st.floats(0.05, 1.0),
+    tail=st.binary(max_size=64),
+)
+def test_any_damage_to_a_real_file_ends_in_its_text_or_a_sentence(
+    kind: str, flips: list[tuple[float, int]], cut: float, tail: bytes
+) -> None:
+    """A fuzz: bytes of real files flipped, the file cut short, junk after it. Reading gives text or one of our
+    errors with a sentence, never another exception (which would be a 500)."""
+    data = bytearray(VALID[kind])
+    for where, value in flips:
+        data[int(where * len(data))] = value
+    damaged = bytes(data[: max(1, int(cut * len(data)))]) + tail
+    try:
+        document = read(f"file{kind}", damaged)
+    except ServiceError as exc:
+        assert exc.status_code == 422 and exc.message.endswith(".")
+    else:
+        assert document.text.strip()

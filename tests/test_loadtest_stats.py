@@ -1,9 +1,15 @@
-"""Every figure of loadtest/stats.py on hand-made timelines, where the right answer is known by hand."""
+"""Every figure of loadtest/stats.py on hand-made timelines, where the right answer is known by hand, and how the
+reports and plots show them."""
 
 import math
+from pathlib import Path
 
 import pytest
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
 
+from loadtest import plots
+from loadtest.report import level_table
 from loadtest.results import Benchmark, CacheCounters, RequestRecord, ServerCache
 from loadtest.stats import (
     distribution,
@@ -139,3 +145,36 @@ def test_send_lag_and_service_overhead() -> None:
     assert f.send_lag_ms.p50 == pytest.approx(100.0)
     assert f.service_ttft_ms.p50 == pytest.approx(300.0)
     assert f.service_overhead_ttft_ms.p50 == pytest.approx(100.0)  # 400 ms seen by the pupil, 300 by the service
+
+
+def test_a_question_waiting_for_its_pupils_previous_answer_is_not_send_lag() -> None:
+    # Due at 0.9 s; the pupil's last answer ended at 3.0 s; sent 20 ms after that.
+    waited = request(0, 3.02, [3.4, 3.5])
+    waited.scheduled_at, waited.pupil_free_at = 0.9, 3.0
+    on_time = request(1, 1.0, [1.2, 1.3])
+    on_time.scheduled_at, on_time.pupil_free_at = 1.0, 0.5  # free before it was due: no wait
+    f = figures(bench([waited, on_time], 4.0), 1000)
+    assert f.pupil_wait_ms.count == 1 and f.pupil_wait_ms.p50 == pytest.approx(2100.0)
+    assert f.send_lag_ms.p50 == pytest.approx(10.0) and f.send_lag_ms.p95 < 20.0 + 1e-6
+    text = "\n".join(level_table(f))
+    assert "waiting for the pupil's previous answer" in text and "send lag (client)" in text
+
+
+def test_the_plots_say_each_series_apart_from_the_target_and_one_rate_is_not_a_zoomed_dot(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    drawn: list[Figure] = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(fig) or path)
+    at_4 = figures(bench([request(i, i / 4, [i / 4 + 0.3, i / 4 + 0.4]) for i in range(8)], 2.0), 1000)
+    plots.against_rate({"original synthetic": [at_4], "fp8 synthetic": [at_4]}, 500, tmp_path / "rate.png")
+    plots.latency_cdfs({"original": bench([request(0, 0.0, [0.3, 0.4])], 1.0)}, tmp_path / "cdf.png")
+    rate, cdf = drawn
+    left = rate.axes[0]
+    assert left.get_xlim()[0] == 0 and left.get_xlim()[1] > 4  # the rate at its place on an axis from 0
+    p95s = {line.get_label(): line for line in left.get_lines()}
+    original, fp8, target = p95s["original synthetic p95"], p95s["fp8 synthetic p95"], p95s["p95 target (500 ms)"]
+    assert original.get_xdata()[0] != fp8.get_xdata()[0], "one series' point hides the other's"
+    assert original.get_color() != fp8.get_color()
+    series_colours = {to_hex(line.get_color()) for line in left.get_lines() if line is not target}
+    assert to_hex(target.get_color()) not in series_colours
+    assert all(ax.get_legend() is not None for ax in [*rate.axes, *cdf.axes])

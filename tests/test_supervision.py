@@ -3,6 +3,7 @@ killer ends it), everything stops if it keeps dying, and Redis and vLLM never ou
 (PR_SET_PDEATHSIG): Ctrl-C, SIGTERM or SIGKILL. Each test runs a real `classroom up` on ports of its own."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -139,6 +141,14 @@ def test_a_service_that_keeps_dying_stops_the_whole_stack(vllm: Vllm) -> None:
 
 def test_sigterm_stops_the_service_and_redis_in_order(vllm: Vllm) -> None:
     with classroom_up(vllm.base_url) as stack:
+        # In development the stack makes the operator token (no well-known placeholder) and says it.
+        said = re.search(r"Operators open \S+ with the token (\S+) \(kept in (\S+);", stack.log.read_text())
+        assert said is not None, stack.log.read_text()
+        token, kept = said.groups()
+        assert Path(kept).read_text().strip() == token and Path(kept).stat().st_mode & 0o777 == 0o600
+        status = f"{stack.url}/api/operator/status"
+        assert httpx.get(status, headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        assert httpx.get(status, headers={"Authorization": "Bearer change-me"}).status_code == 403
         children = stack.children()
         stack.process.send_signal(signal.SIGTERM)  # as Ctrl-C, or a container's stop
         assert stack.process.wait(60) == 0

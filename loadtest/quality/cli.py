@@ -8,6 +8,7 @@ import httpx
 import typer
 from pydantic import BaseModel
 
+from loadtest.files import model_prompts
 from loadtest.quality import lmeval
 from loadtest.quality.logprobs import Agreement, PositionStats, compare_positions, generate, score, summarize
 from loadtest.quality.rubric import STANDIN_WARNING, RubricResult, Scorer, load_rubrics
@@ -22,7 +23,7 @@ TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 def _prompts(model_dir: Path | None) -> tuple[Settings, Path, Prompts]:
     settings = Settings()
     folder = model_dir or settings.model.dir
-    return settings, folder, Prompts.from_settings(settings, folder)
+    return settings, folder, model_prompts(settings, folder)
 
 
 @quality_app.command("rubric")
@@ -83,6 +84,8 @@ class AgreementResult(BaseModel):
     candidate: str
     model_dir: str
     model_kind: str | None
+    # The original's model folder's own words (its classroom-model.json): which model this was measured on.
+    model_description: str | None = None
     answer_tokens: int
     agreement: Agreement
     per_prompt: list[Agreement]
@@ -128,6 +131,7 @@ def agreement_command(
         candidate=candidate_name,
         model_dir=str(folder),
         model_kind=manifest.kind if manifest else None,
+        model_description=manifest.describe() if manifest else None,
         answer_tokens=answer_tokens,
         agreement=summarize([s for p in per_prompt for s in p], len(per_prompt), k),
         per_prompt=[summarize(p, 1, k) for p in per_prompt],

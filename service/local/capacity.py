@@ -87,6 +87,13 @@ class ModelFacts:
         )
 
     @classmethod
+    def from_shape(cls, layers: int, kv_heads: int, head_dim: int, dtype: str, weight_bytes: int = 0) -> "ModelFacts":
+        """A model known by its shape alone (no folder): the worked examples of a planning document."""
+        if dtype not in DTYPE_BYTES:
+            raise ValueError(f"unknown dtype {dtype!r}; one of {', '.join(DTYPE_BYTES)}")
+        return cls(layers=layers, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, weight_bytes=weight_bytes)
+
+    @classmethod
     def from_dir(cls, model_dir: Path) -> "ModelFacts":
         config_path = model_dir / "config.json"
         if not config_path.is_file():
@@ -129,11 +136,12 @@ def blocks_for(tokens: int, block_tokens: int) -> int:
 
 @dataclass(frozen=True)
 class ClassShape:
-    """One class: a shared passage, and per pupil a question and an answer (in tokens)."""
+    """One class: a shared passage, and per pupil a question and an answer (in tokens); `pupils` of them."""
 
     passage: int
     question: int
     answer: int
+    pupils: int = 30
 
     def pupils_alone(self, cache_blocks: int, block_tokens: int) -> int:
         """Pupils at once when every prompt holds its own copy of the passage: N x (passage + question + answer)."""
@@ -150,7 +158,8 @@ class ClassShape:
 
 
 class CapacityPlan(BaseModel):
-    model_dir: str
+    model_dir: str  # or the shape, as given on the command line
+    weight_bytes_read: bool = True  # from the folder's safetensors headers (else given, or 0 for a shape)
     device: Device
     kv_dtype: str
     kv_bytes_per_token: int
@@ -167,6 +176,12 @@ class CapacityPlan(BaseModel):
     answer_tokens: int
     pupils_alone: int
     pupils_sharing_passage: int
+    # What one request holds at the longest a prompt and answer may be; a class of `class_pupils` at once, each
+    # with a copy of the passage and with the passage shared (whole blocks, as vLLM holds them).
+    request_bytes: int
+    class_pupils: int
+    class_bytes_alone: int
+    class_bytes_sharing: int
 
 
 def resolve_kv_dtype(kv_dtype: KvDtype, model: ModelFacts, device: Device) -> str:
@@ -180,7 +195,7 @@ def resolve_kv_dtype(kv_dtype: KvDtype, model: ModelFacts, device: Device) -> st
 
 
 def plan(
-    model_dir: Path,
+    model_dir: Path | str,
     model: ModelFacts,
     device: Device,
     cache_bytes: int,
@@ -189,13 +204,19 @@ def plan(
     block_tokens: int,
     max_model_len: int,
     class_shape: ClassShape,
+    weights_read: bool = True,
 ) -> CapacityPlan:
     per_token = kv_bytes_per_token(model.layers, model.kv_heads, model.head_dim, DTYPE_BYTES[kv_dtype])
     # vLLM's count: whole blocks of every layer's K and V that fit in the cache.
     blocks = cache_bytes // (per_token * block_tokens)
     tokens = blocks * block_tokens
+    shape, block_bytes = class_shape, per_token * block_tokens
+    alone = shape.pupils * blocks_for(shape.passage + shape.question + shape.answer, block_tokens)
+    own = blocks_for(shape.passage % block_tokens + shape.question + shape.answer, block_tokens)
+    sharing = shape.passage // block_tokens + shape.pupils * own
     return CapacityPlan(
         model_dir=str(model_dir),
+        weight_bytes_read=weights_read,
         device=device,
         kv_dtype=kv_dtype,
         kv_bytes_per_token=per_token,
@@ -211,6 +232,10 @@ def plan(
         answer_tokens=class_shape.answer,
         pupils_alone=class_shape.pupils_alone(blocks, block_tokens),
         pupils_sharing_passage=class_shape.pupils_sharing(blocks, block_tokens),
+        request_bytes=per_token * max_model_len,
+        class_pupils=shape.pupils,
+        class_bytes_alone=alone * block_bytes,
+        class_bytes_sharing=sharing * block_bytes,
     )
 
 
@@ -227,8 +252,12 @@ def render(p: CapacityPlan, how_cache_was_sized: str) -> str:
     whole = p.passage_tokens + per_pupil
     lines = [
         f"model folder        {p.model_dir}",
-        f"weights             {p.weight_bytes:,} B ({human_bytes(p.weight_bytes)}), from the safetensors headers",
+        f"weights             {p.weight_bytes:,} B ({human_bytes(p.weight_bytes)})"
+        + (", from the safetensors headers" if p.weight_bytes_read else ", as given"),
         f"KV per token        {p.kv_bytes_per_token:,} B ({human_bytes(p.kv_bytes_per_token)}) in {p.kv_dtype}",
+        f"KV of one request   {human_bytes(p.request_bytes)} at max_model_len ({p.max_model_len:,} tokens)",
+        f"KV of a class       {human_bytes(p.class_bytes_alone)} for {p.class_pupils} pupils with a passage each, "
+        f"{human_bytes(p.class_bytes_sharing)} sharing it",
         f"KV cache            {human_bytes(p.cache_bytes)}: {how_cache_was_sized}",
         f"tokens that fit     {p.cache_tokens:,} ({p.cache_blocks:,} blocks of {p.block_tokens})",
         f"at max_model_len    {p.concurrency_at_max_model_len:,.2f} requests of {p.max_model_len:,} tokens",

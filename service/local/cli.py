@@ -111,9 +111,15 @@ def backend_start(
 ) -> None:
     """Start vLLM in the background, wait until it serves, and leave it running."""
     settings = _settings(ctx)
+    folder = model_dir or settings.model.dir
+    if not (folder / "config.json").is_file():
+        raise typer.BadParameter(
+            f"{folder} holds no model (no config.json): make one with `classroom model prepare --dest {folder}`",
+            param_hint="--model-dir",
+        )
     device = detect_device(settings.backend.device)
     ensure_vllm_venv(settings.backend.venv, device)
-    process = vllm_server.start_vllm(settings, model_dir or settings.model.dir, device, pid_file=True)
+    process = vllm_server.start_vllm(settings, folder, device, pid_file=True)
     print(f"vLLM (pid {process.pid}) serves {settings.backend.base_url}; log: {process.log_path}")
 
 
@@ -149,6 +155,13 @@ def _device(value: str) -> Device:
 def capacity(
     ctx: typer.Context,
     model_dir: Annotated[Path | None, typer.Option(help="model folder (default: the settings' model.dir)")] = None,
+    layers: Annotated[int | None, typer.Option(min=1, help="a shape instead of a folder: layers")] = None,
+    kv_heads: Annotated[int | None, typer.Option(min=1, help="... KV heads")] = None,
+    head_dim: Annotated[int | None, typer.Option(min=1, help="... head dim")] = None,
+    dtype: Annotated[str, typer.Option(help="... the checkpoint's dtype (what --kv-dtype auto takes on a GPU)")] = (
+        "bfloat16"
+    ),
+    weights_gib: Annotated[float, typer.Option(min=0, help="... its weights, for the GPU's cache")] = 0.0,
     gpu_memory_gib: Annotated[
         float | None, typer.Option(help="the GPU's memory as CUDA reports it (H200: 139.8); without it, vLLM-CPU")
     ] = None,
@@ -162,17 +175,30 @@ def capacity(
     passage_tokens: Annotated[int, typer.Option(help="the class's shared passage")] = cap.TYPICAL_PASSAGE_TOKENS,
     question_tokens: Annotated[int | None, typer.Option(help="per pupil (default: the longest allowed)")] = None,
     answer_tokens: Annotated[int | None, typer.Option(help="per pupil (default: the answer budget)")] = None,
+    class_size: Annotated[int, typer.Option(min=1, help="pupils of a class, for its KV bytes")] = 30,
     as_json: Annotated[bool, typer.Option("--json", help="print the plan as JSON")] = False,
 ) -> None:
-    """Weights, KV bytes per token, tokens that fit in vLLM's KV cache, and pupils that fit at once."""
+    """Weights, KV bytes per token, a request's and a class's, tokens that fit in vLLM's KV cache, and pupils that
+    fit at once: for a model folder, or a shape given as --layers, --kv-heads and --head-dim."""
     settings = _settings(ctx)
     if kv_dtype not in get_args(cap.KvDtype):
         raise typer.BadParameter(f"choose one of {', '.join(get_args(cap.KvDtype))}")
-    folder = model_dir or settings.model.dir
-    try:
-        model = cap.ModelFacts.from_dir(folder)
-    except (OSError, ValueError) as exc:
-        raise typer.BadParameter(str(exc), param_hint="--model-dir") from exc
+    shape = (layers, kv_heads, head_dim)
+    folder: Path | str
+    if any(v is not None for v in shape):
+        if layers is None or kv_heads is None or head_dim is None or model_dir is not None:
+            raise typer.BadParameter("a shape is --layers, --kv-heads and --head-dim together, without --model-dir")
+        try:
+            model = cap.ModelFacts.from_shape(layers, kv_heads, head_dim, dtype, round(weights_gib * cap.GIB))
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--dtype") from exc
+        folder = f"a shape: {layers} layers, {kv_heads} KV heads, head dim {head_dim}, {dtype}"
+    else:
+        folder = model_dir or settings.model.dir
+        try:
+            model = cap.ModelFacts.from_dir(folder)
+        except (OSError, ValueError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="--model-dir") from exc
     device: Device = "cpu" if gpu_memory_gib is None else "gpu"
     if gpu_memory_gib is None:
         cache, how = cap.cpu_cache(cpu_kvcache_gib or settings.backend.cpu_kvcache_gib)
@@ -190,7 +216,9 @@ def capacity(
             passage=passage_tokens,
             question=question_tokens or settings.limits.question_max_tokens,
             answer=answer_tokens or settings.answer.max_tokens,
+            pupils=class_size,
         ),
+        weights_read=isinstance(folder, Path),
     )
     print(result.model_dump_json(indent=2) if as_json else cap.render(result, how))
 

