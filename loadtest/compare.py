@@ -92,8 +92,7 @@ def mismatched_agreement(runs: list[tuple[Path, RunResult]], agreement: list[Agr
             else:
                 same = Path(a.model_dir).resolve() == Path(model.path or "").resolve()
             if not same:
-                measured = a.model_description or f"the model in {a.model_dir}"
-                served = model.description if model.kind is not None else f"the model in {model.path}"
+                measured, served = f"the model in {a.model_dir}", f"the model in {model.path}"
                 return (
                     f"the {a.candidate} agreement was measured on {measured}, but the runs' {REFERENCE} serves "
                     f"{served}: measure the agreement on the runs' own model (`classroom loadtest quality agreement`)"

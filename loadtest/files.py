@@ -37,13 +37,14 @@ def read_saved(path: Path, kind: type[Saved], option: str) -> Saved:
 
 def model_prompts(settings: Settings, folder: Path) -> Prompts:
     """The prompts and token budget of the model in `folder`, or a sentence saying that no model is there."""
+    for needed in ("tokenizer.json", "config.json"):
+        if not (folder / needed).is_file():
+            raise typer.BadParameter(
+                f"{folder} holds no model ({needed} is missing): make one with "
+                f"`classroom model prepare --dest {folder}`",
+                param_hint="--model-dir",
+            )
     try:
         return Prompts.from_settings(settings, folder)
-    except FileNotFoundError as exc:
-        missing = Path(exc.filename).name if exc.filename else "its tokenizer"
-        raise typer.BadParameter(
-            f"{folder} holds no model ({missing} is missing): make one with `classroom model prepare --dest {folder}`",
-            param_hint="--model-dir",
-        ) from None
     except (OSError, ValueError) as exc:
         raise typer.BadParameter(f"the model in {folder} cannot be read: {exc}", param_hint="--model-dir") from None

@@ -4,6 +4,7 @@ reports and plots show them."""
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
@@ -155,7 +156,7 @@ def test_a_question_waiting_for_its_pupils_previous_answer_is_not_send_lag() -> 
     on_time.scheduled_at, on_time.pupil_free_at = 1.0, 0.5  # free before it was due: no wait
     f = figures(bench([waited, on_time], 4.0), 1000)
     assert f.pupil_wait_ms.count == 1 and f.pupil_wait_ms.p50 == pytest.approx(2100.0)
-    assert f.send_lag_ms.p50 == pytest.approx(10.0) and f.send_lag_ms.p95 < 20.0 + 1e-6
+    assert f.send_lag_ms.p50 == pytest.approx(10.0) and f.send_lag_ms.p95 == pytest.approx(19.0)
     text = "\n".join(level_table(f))
     assert "waiting for the pupil's previous answer" in text and "send lag (client)" in text
 
@@ -164,16 +165,21 @@ def test_the_plots_say_each_series_apart_from_the_target_and_one_rate_is_not_a_z
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     drawn: list[Figure] = []
-    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append(fig) or path)
+
+    def keep(fig: Figure, path: Path) -> Path:
+        drawn.append(fig)
+        return path
+
+    monkeypatch.setattr(plots, "_save", keep)
     at_4 = figures(bench([request(i, i / 4, [i / 4 + 0.3, i / 4 + 0.4]) for i in range(8)], 2.0), 1000)
     plots.against_rate({"original synthetic": [at_4], "fp8 synthetic": [at_4]}, 500, tmp_path / "rate.png")
     plots.latency_cdfs({"original": bench([request(0, 0.0, [0.3, 0.4])], 1.0)}, tmp_path / "cdf.png")
     rate, cdf = drawn
     left = rate.axes[0]
-    assert left.get_xlim()[0] == 0 and left.get_xlim()[1] > 4  # the rate at its place on an axis from 0
+    assert left.get_xlim()[0] == 0 and left.get_xlim()[1] > 2  # the rate (2 req/s) at its place on an axis from 0
     p95s = {line.get_label(): line for line in left.get_lines()}
     original, fp8, target = p95s["original synthetic p95"], p95s["fp8 synthetic p95"], p95s["p95 target (500 ms)"]
-    assert original.get_xdata()[0] != fp8.get_xdata()[0], "one series' point hides the other's"
+    assert np.asarray(original.get_xdata()).tolist() != np.asarray(fp8.get_xdata()).tolist(), "a point hides another"
     assert original.get_color() != fp8.get_color()
     series_colours = {to_hex(line.get_color()) for line in left.get_lines() if line is not target}
     assert to_hex(target.get_color()) not in series_colours
