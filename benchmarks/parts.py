@@ -15,12 +15,13 @@ from typing import Any
 import yaml
 
 from loadtest.environment import cpu_model
-from service.local.model.prepare import ModelManifest, prepare_model
+from service.local.model.prepare import prepare_model
 from service.local.processes import ManagedProcess, answers_ok, free_port
 from service.local.redis_server import start_redis
 from service.local.vllm_server.flags import detect_device
 from service.local.vllm_server.server import start_vllm
 from service.local.vllm_server.venv import ensure_vllm_venv
+from service.model_manifest import ModelManifest
 from service.settings import PROJECT_ROOT, BackendSettings, Settings, StandinSize
 
 STATE = PROJECT_ROOT / "var" / "bench"

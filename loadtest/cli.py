@@ -139,7 +139,7 @@ def run_command(
     chosen: Target
     if target == "vllm":
         chosen = VllmTarget(
-            base, settings.backend.served_model_name, connections, settings.backend.api_key.get_secret_value()
+            base, settings.served_name(folder), connections, settings.backend.api_key.get_secret_value()
         )
     else:
         email, password = _teacher(settings, teacher_email)
@@ -208,7 +208,7 @@ async def _run(
             plan,
             config,
             workload_info=info,
-            model=model_info(prompts_dir, cache_urls[0], settings.backend.served_model_name),
+            model=model_info(prompts_dir, cache_urls[0], settings.served_name(prompts_dir)),
             environment=environment(settings.backend.venv),
             cache_urls=cache_urls,
         )

@@ -22,7 +22,7 @@ from service.classroom.live import LiveAnswers
 from service.classroom.notices import ClassNotices
 from service.classroom.prompting import Prompts
 from service.classroom.publishing import Passages
-from service.local.model.prepare import ModelManifest, read_manifest
+from service.model_manifest import ModelManifest, read_manifest
 from service.settings import Settings
 from service.store import RateLimit, Store, connect, open_connections
 from service.telemetry.prometheus import Metrics, ReplicaHealthCollector
@@ -44,6 +44,7 @@ class Services:
     answering: Answering
     notices: ClassNotices
     model: ModelManifest | None
+    served_name: str  # what vLLM serves the model under, and every request names
 
 
 def declared_backends(settings: Settings) -> BackendConfig:
@@ -60,7 +61,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     scrape = Scrape(registry, ReplicaHealthCollector(fleet), settings.api.metrics_dir)
-    model = settings.backend.served_model_name
+    model = settings.served_name()
     routing = settings.routing
     warmup = Warmup(
         store,
@@ -134,6 +135,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             answering=answering,
             notices=notices,
             model=read_manifest(settings.model.dir),
+            served_name=model,
         )
     finally:
         await notices.close()

@@ -11,10 +11,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service import model_manifest
 from service.backends import vllm_metrics
 
 # The names of each setting's choices, defined here once and imported where they are used.
-StandinSize = Literal["tiny", "0.5b", "1.5b"]  # the models `classroom model prepare` makes (the stand-in's shapes)
+StandinSize = Literal["tiny", "0.5b", "1.5b"]  # Qwen2.5's shapes: the real checkpoint from the hub, else the stand-in
+SmallModel = Literal["smollm2-135m"]  # a small real model that needs no hub (service/local/model/small.py)
+ModelSize = Literal[StandinSize, SmallModel]  # what `classroom model prepare --size` makes
 Device = Literal["cpu", "gpu"]
 PromptFormat = Literal["chat", "token_ids"]
 PromptLayout = Literal["passage_first", "question_first"]
@@ -53,29 +56,38 @@ class RedisSettings(BaseModel):
 class ModelSettings(BaseModel):
     # The folder vLLM serves and the service reads its tokenizer from.
     dir: Path = Path("var/models/default")
-    # What `classroom up` prepares. auto: 1.5b on a GPU; 0.5b on a CPU, where 1.5b takes 8-26 s to
-    # start an answer and 0.5b a few seconds (README, "Which model runs").
-    size: Literal["auto", StandinSize] = "auto"
-    # Build the offline stand-in even where the hub is reachable.
+    # What `classroom up` prepares. auto: where the hub is reachable, Qwen2.5 (1.5b on a GPU; 0.5b on a CPU, where
+    # 1.5b takes 8-26 s to start an answer and 0.5b a few seconds); where it is not, the small real model (real
+    # sentences) rather than a stand-in's gibberish (README, "Which model runs").
+    size: Literal["auto", ModelSize] = "auto"
+    # Build Qwen2.5's offline stand-in (random weights) even where the hub is reachable, or instead of the small
+    # real model where it is not: for figures that must have the product's shapes (speed, memory, capacity).
     standin: bool = False
     seed: int = 0
 
-    def resolved_size(self, on_gpu: bool) -> StandinSize:
+    def resolved_size(self, on_gpu: bool, hub: bool) -> ModelSize:
+        """The model to prepare, given the hardware and whether the hub answers."""
         if self.size != "auto":
             return self.size
+        if not hub and not self.standin:
+            return "smollm2-135m"
         return "1.5b" if on_gpu else "0.5b"
 
 
 class BackendSettings(BaseModel):
     base_url: str = "http://127.0.0.1:8100/v1"
-    served_model_name: str = "Qwen/Qwen2.5-1.5B-Instruct"
+    # The name vLLM serves the model under; unset: the model folder's own (its classroom-model.json: the product's
+    # "Qwen/Qwen2.5-1.5B-Instruct" for Qwen2.5 and its stand-ins, the small real model its own): `Settings.served_name`.
+    served_model_name: str | None = None
     # vLLM's `--api-key`, where a deployment sets one; a local vLLM takes any.
     api_key: SecretStr = SecretStr("EMPTY")
     # The service's longest wait to reach vLLM: a dead backend must turn into a 503 within 2 s.
     connect_timeout_s: float = 1.0
     # Longest silence while streaming (a cold 1.5B prefill on a laptop CPU takes ~30 s).
     read_timeout_s: float = 120.0
-    max_model_len: int = 4096
+    # The longest prompt and answer; unset: the model folder's own (4,096 for Qwen2.5, 8,192 for SmolLM2-135M), and
+    # the passage budget follows it: `Settings.context_length`.
+    max_model_len: int | None = Field(default=None, ge=256)
     # vLLM's own virtual environment: its pins clash with the service's, so it lives apart.
     venv: Path = Path(".venv-vllm")
     device: Literal["auto", Device] = "auto"
@@ -264,6 +276,14 @@ class Settings(BaseSettings):
     turns: TurnSettings = Field(default_factory=TurnSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     school: SchoolSettings = Field(default_factory=SchoolSettings)
+
+    def served_name(self, model_dir: Path | None = None) -> str:
+        """The name vLLM serves the model under: `backend.served_model_name`, else the model folder's own."""
+        return model_manifest.served_name(model_dir or self.model.dir, self.backend.served_model_name)
+
+    def context_length(self, model_dir: Path | None = None) -> int:
+        """The longest prompt and answer: `backend.max_model_len`, else the model folder's own."""
+        return model_manifest.context_length(model_dir or self.model.dir, self.backend.max_model_len)
 
     @model_validator(mode="after")
     def _no_placeholder_secrets_in_production(self) -> "Settings":

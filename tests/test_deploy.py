@@ -19,9 +19,9 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from service.local.model.prepare import read_manifest
 from service.local.vllm_server.flags import serve_env, serve_flags
 from service.local.vllm_server.venv import GPU_PACKAGES
+from service.model_manifest import read_manifest
 from service.settings import BackendSettings, Settings
 
 ROOT = Path(__file__).resolve().parents[1]

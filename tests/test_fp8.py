@@ -13,8 +13,8 @@ import pytest
 from safetensors import safe_open
 
 from service.local import capacity as cap
-from service.local.model.prepare import MANIFEST
 from service.local.processes import free_port
+from service.model_manifest import MANIFEST
 from service.settings import Settings
 from tests.conftest import STATE, report
 from tests.test_deploy import SCRIPTS, run, script_env
@@ -79,7 +79,7 @@ def test_vllm_cpu_serves_the_fp8_copy_with_the_same_flags(models: tuple[Path, st
         assert started.returncode == 0, started.stdout + started.stderr
         with httpx.Client(base_url=f"http://127.0.0.1:{port}/v1", timeout=120) as client:
             served = [m["id"] for m in client.get("/models").json()["data"]]
-            assert served == [Settings().backend.served_model_name]
+            assert served == [Settings().served_name(folder / "fp8")]
             answer = client.post(
                 "/chat/completions",
                 json={"model": served[0], "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},

@@ -8,8 +8,8 @@ from typer.testing import CliRunner
 
 from service.backends.tokens import ModelTokenizer
 from service.local.cli import app
-from service.local.model.prepare import read_manifest
 from service.local.model.standin import SHAPES, parameter_count, random_weights
+from service.model_manifest import read_manifest
 
 # ../shared/MODEL.md: Qwen2.5's default system turn, as the real tokenizer encodes it.
 DEFAULT_SYSTEM_TURN = (

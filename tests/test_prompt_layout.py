@@ -13,9 +13,12 @@ from service.settings import AnswerSettings, ModelSettings, Settings
 text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=0, max_size=300)
 
 
-@pytest.fixture(scope="module")
-def prompts(model_dir: Path) -> Prompts:
-    return Prompts.from_settings(Settings(model=ModelSettings(dir=model_dir)))
+@pytest.fixture(scope="module", params=["stand-in", "small real model"])
+def prompts(request: pytest.FixtureRequest, model_dir: Path) -> Prompts:
+    """Each model's own tokenizer and chat template: Qwen2.5's (the stand-in's) and SmolLM2-135M's, each with a
+    default system message of its own that ours must replace."""
+    folder = model_dir if request.param == "stand-in" else request.getfixturevalue("small_model_dir")
+    return Prompts.from_settings(Settings(model=ModelSettings(dir=folder)))
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -38,8 +41,9 @@ def test_two_questions_on_one_passage_share_the_whole_passage_part(
 def test_nothing_pupil_specific_stands_before_the_passage(prompts: Prompts) -> None:
     rendered = prompts.tokenizer.render_chat(prompts.messages("Bees", "PASSAGE-TEXT", "QUESTION-TEXT"))
     assert rendered.index("PASSAGE-TEXT") < rendered.index("QUESTION-TEXT")
-    # Our own system message replaces Qwen's default one, so the instructions are the same for every class.
-    assert "You are Qwen" not in rendered
+    # Our own system message replaces the model's default one (Qwen's, SmolLM's), so the instructions are the
+    # same for every class.
+    assert "You are Qwen" not in rendered and "SmolLM" not in rendered
 
 
 def test_passage_over_the_budget_is_refused_with_the_tokens_to_cut(prompts: Prompts) -> None:

@@ -13,7 +13,7 @@ from loadtest.quality import lmeval
 from loadtest.quality.logprobs import Agreement, PositionStats, compare_positions, generate, score, summarize
 from loadtest.quality.rubric import STANDIN_WARNING, RubricResult, Scorer, load_rubrics
 from service.classroom.prompting import Prompts
-from service.local.model.prepare import read_manifest
+from service.model_manifest import read_manifest
 from service.settings import Settings
 
 quality_app = typer.Typer(help="Quality: rubric scores, original-vs-FP8 agreement, lm-eval.", no_args_is_help=True)
@@ -47,7 +47,7 @@ def rubric_command(
             for passage in rubrics.passages:
                 for q in passage.questions:
                     body = {
-                        "model": settings.backend.served_model_name,
+                        "model": settings.served_name(folder),
                         "messages": prompts.messages(passage.title, passage.text, q.question),
                         "max_tokens": settings.answer.max_tokens,
                         "temperature": 0,
@@ -107,7 +107,7 @@ def agreement_command(
 
     settings, folder, prompts = _prompts(model_dir)
     rubrics = load_rubrics()
-    model = settings.backend.served_model_name
+    model = settings.served_name(folder)
 
     async def measure() -> list[list[PositionStats]]:
         per_prompt: list[list[PositionStats]] = []
@@ -172,7 +172,7 @@ def lm_eval_command(
     done = lmeval.run_lm_eval(
         program,
         url or settings.backend.base_url,
-        settings.backend.served_model_name,
+        settings.served_name(model_dir),
         model_dir or settings.model.dir,
         out,
     )

@@ -108,7 +108,7 @@ async def _change(fleet: Fleet, change: Callable[[BackendConfig], BackendConfig]
 @router.get("/status")
 async def status(_: OperatorAuth, services: ServicesDep) -> Status:
     model = services.model.describe() if services.model else "unknown (no classroom-model.json)"
-    return Status(served_model_name=services.settings.backend.served_model_name, model=model)
+    return Status(served_model_name=services.served_name, model=model)
 
 
 @router.get("/backends")

@@ -27,6 +27,8 @@ async def class_page(
         "classroom_name": classroom.name,
         "pupil_name": pupil.name,
         "question_max_chars": services.settings.limits.question_max_chars,
+        # What answers, in a pupil's words: a small practice model says it gets facts wrong.
+        "which_model": services.model.for_pupils() if services.model else "Answers are written by a computer model.",
     }
     return templates.TemplateResponse(request, "class.html", context)
 

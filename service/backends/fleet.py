@@ -46,6 +46,7 @@ class Fleet:
     def __init__(self, store: Store, settings: Settings, declared: BackendConfig) -> None:
         self._store = store
         self._settings = settings
+        self._served_name = settings.served_name()  # read once: the model folder's, unless configured
         self._declared = declared
         self.config = declared
         self.router = Router(settings.routing.policy, settings.routing.max_waiting)
@@ -192,7 +193,7 @@ class Fleet:
             models = await self._http.get(f"{url.rstrip('/')}/models")
             models.raise_for_status()
             served = [m["id"] for m in models.json()["data"]]
-            name = self._settings.backend.served_model_name
+            name = self._served_name
             if name not in served:
                 raise ValueError(f"serves {served}, not {name}")
             metrics = await self._http.get(f"{root}/metrics")

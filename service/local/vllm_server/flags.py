@@ -5,6 +5,7 @@ import subprocess
 from pathlib import Path
 from typing import Literal
 
+from service.model_manifest import context_length, served_name
 from service.settings import BackendSettings, Device
 
 LAUNCHER = Path(__file__).with_name("launch_vllm_cpu.py")
@@ -27,8 +28,8 @@ def serve_flags(backend: BackendSettings, model_dir: Path, device: Device) -> li
         str(model_dir),
         "--host", backend.host,
         "--port", str(backend.port),
-        "--served-model-name", backend.served_model_name,
-        "--max-model-len", str(backend.max_model_len),
+        "--served-model-name", served_name(model_dir, backend.served_model_name),
+        "--max-model-len", str(context_length(model_dir, backend.max_model_len)),
         "--enable-prefix-caching",
         "--enable-prompt-tokens-details",  # usage carries prompt_tokens_details.cached_tokens
     ]  # fmt: skip
