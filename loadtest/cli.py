@@ -286,6 +286,7 @@ def compare_command(
     gpus: Annotated[int, typer.Option(help="GPUs one replica uses")] = 1,
     agreement: Annotated[list[Path] | None, typer.Option(help="`quality agreement` results")] = None,
     rubric: Annotated[list[Path] | None, typer.Option(help="`quality rubric` results")] = None,
+    lm_eval: Annotated[list[Path] | None, typer.Option(help="`quality lm-eval` results (lm-eval-VARIANT.json)")] = None,
     ttft_target_ms: Annotated[float | None, typer.Option(help="default: the runs' own target")] = None,
     min_top1: Annotated[float, typer.Option(help="quality gate: least top-1 agreement")] = 0.9,
     max_kl: Annotated[float, typer.Option(help="quality gate: largest mean KL (nats)")] = 0.1,
@@ -296,7 +297,7 @@ def compare_command(
 ) -> None:
     """One decision report (Markdown + PNG plots) from two variants' saved runs."""
     from loadtest import compare as decide
-    from loadtest.quality.cli import AgreementResult
+    from loadtest.quality.cli import AgreementResult, LmEvalResult
     from loadtest.quality.rubric import RubricResult
 
     loaded = [(p, read_saved(p, RunResult, "RUNS")) for p in runs]
@@ -313,6 +314,7 @@ def compare_command(
         gate=decide.Gate(min_top1, max_kl, max_score_drop),
         target_ms=target,
         out_dir=out_dir,
+        lm_evals=[read_saved(p, LmEvalResult, "--lm-eval") for p in lm_eval or []],
     )
     typer.echo(report.read_text())
     typer.echo(f"wrote {report}")

@@ -12,19 +12,27 @@ neither passes.
 - The sentence names the passing variant with the lower cost per acceptable request at its best level;
   costs within 5% of each other are a tie (repeated runs of one server move throughput by up to ~4%,
   loadtest/README.md, validity), and a tie goes to the original (no quantization risk).
-- Quality gate: the original is the reference and passes; another variant passes when its top-1 agreement
-  with the original is at least --min-top1 and its mean KL at most --max-kl (quality agreement), and,
-  where rubric scores of the real checkpoint are given, its mean score is within --max-score-drop of the
-  original's (stand-in rubric scores are ignored: they mean nothing).
+- Acceptable answers: where a real model's rubric was measured on the runs' own model (`quality rubric`,
+  the service's prompt and sampling), only its passing share of answers counts: acceptable per GPU-hour =
+  goodput x pass rate x 3600 / GPUs; two variants whose rates differ by less than twice the standard error of
+  the difference both count at their pooled rate. Without one, every answer in time counts, and the report
+  says so.
+- Quality gate: the original is the reference and passes. Where a real model's rubric was measured on both
+  variants, another variant passes when its pass rate is within --max-score-drop of the original's, and
+  (where lm-eval's local tasks were run on both) so is its multiple-choice comprehension accuracy: what a
+  pupil reads decides, and top-1 agreement and KL are reported beside it. Without real rubrics (the
+  stand-in's answers are noise) the gate is the agreement: top-1 agreement at least --min-top1 and mean KL
+  at most --max-kl.
 """
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from loadtest import plots
-from loadtest.quality.cli import AgreementResult
+from loadtest.quality.cli import AgreementResult, LmEvalResult
 from loadtest.quality.rubric import RubricResult
 from loadtest.results import RunResult
 from loadtest.stats import Figures, figures
@@ -57,10 +65,43 @@ class VariantQuality(BaseModel):
     reason: str
 
 
-def quality(variant: str, agreement: list[AgreementResult], rubrics: list[RubricResult], gate: Gate) -> VariantQuality:
+REAL = ("hub", "small")  # model kinds whose answers are words worth scoring
+
+
+def _real_rubrics(rubrics: list[RubricResult]) -> dict[str, RubricResult]:
+    return {r.variant: r for r in rubrics if r.model_kind in REAL}
+
+
+def quality(
+    variant: str,
+    agreement: list[AgreementResult],
+    rubrics: list[RubricResult],
+    gate: Gate,
+    lm_evals: list[LmEvalResult] | None = None,
+) -> VariantQuality:
     if variant == REFERENCE:
         return VariantQuality(passes=True, reason="the reference")
     found = [a for a in agreement if a.candidate == variant]
+    agrees = None
+    if found:
+        a = found[-1].agreement
+        agrees = f"top-1 agreement {a.top1_agreement:.1%}, mean KL {a.mean_kl:.4f} nats over {a.positions} positions"
+    real = _real_rubrics(rubrics)
+    if variant in real and REFERENCE in real:
+        ref, alt = real[REFERENCE], real[variant]
+        drop = ref.pass_rate - alt.pass_rate
+        reason = (
+            f"rubric pass rate {alt.pass_rate:.1%} vs the original's {ref.pass_rate:.1%} "
+            f"({len(alt.scores)} and {len(ref.scores)} answers; a drop of at most {gate.max_score_drop:.0%} allowed)"
+        )
+        evals = {e.variant: e.tasks.get("classroom_comprehension", {}).get("acc") for e in lm_evals or []}
+        if evals.get(variant) is not None and evals.get(REFERENCE) is not None:
+            acc, ref_acc = evals[variant], evals[REFERENCE]
+            reason += f"; comprehension accuracy (lm-eval) {acc:.1%} vs {ref_acc:.1%}"
+            drop = max(drop, ref_acc - acc)  # type: ignore[operator]
+        if agrees:
+            reason += f"; {agrees}"
+        return VariantQuality(passes=drop <= gate.max_score_drop, reason=reason)
     if not found:
         return VariantQuality(passes=False, reason="no agreement measurement against the original was given")
     a = found[-1].agreement
@@ -68,16 +109,30 @@ def quality(variant: str, agreement: list[AgreementResult], rubrics: list[Rubric
         return VariantQuality(
             passes=False,
             reason=f"top-1 agreement {a.top1_agreement:.1%} (≥ {gate.min_top1:.0%} needed), "
-            f"mean KL {a.mean_kl:.4f} (≤ {gate.max_kl:g} needed)",
+            f"mean KL {a.mean_kl:.4f} (≤ {gate.max_kl:g} needed); no real model's rubric on both variants",
         )
-    reason = f"top-1 agreement {a.top1_agreement:.1%}, mean KL {a.mean_kl:.4f} nats over {a.positions} positions"
-    real = {r.variant: r.mean_score for r in rubrics if r.model_kind == "hub"}
-    if variant in real and REFERENCE in real:
-        drop = real[REFERENCE] - real[variant]
-        if drop > gate.max_score_drop:
-            return VariantQuality(passes=False, reason=f"rubric score {real[variant]:.2f} vs {real[REFERENCE]:.2f}")
-        reason += f"; rubric score {real[variant]:.2f} vs {real[REFERENCE]:.2f}"
-    return VariantQuality(passes=True, reason=reason)
+    return VariantQuality(passes=True, reason=f"{agrees}; no real model's rubric on both variants")
+
+
+def pass_rates(runs: list[tuple[Path, RunResult]], rubrics: list[RubricResult]) -> dict[str, float]:
+    """Each variant's share of acceptable answers, where a real rubric was measured on the runs' own model. Where
+    the variants' rates differ by less than twice the difference's standard error, the rubric cannot tell them
+    apart: both count at their pooled rate, so that sampling noise does not decide the cost."""
+    real = _real_rubrics(rubrics)
+    measured = {
+        run.config.variant: real[run.config.variant]
+        for _, run in runs
+        if run.config.variant in real and real[run.config.variant].model_description == run.model.description
+    }
+    rates = {variant: r.pass_rate for variant, r in measured.items()}
+    if len(measured) == 2:
+        (a, b) = measured.values()
+        n_a, n_b = len(a.scores), len(b.scores)
+        pooled = (a.pass_rate * n_a + b.pass_rate * n_b) / (n_a + n_b)
+        error = math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
+        if abs(a.pass_rate - b.pass_rate) < 2 * error:
+            rates = dict.fromkeys(rates, pooled)
+    return rates
 
 
 def mismatched_agreement(runs: list[tuple[Path, RunResult]], agreement: list[AgreementResult]) -> str | None:
@@ -101,7 +156,12 @@ def mismatched_agreement(runs: list[tuple[Path, RunResult]], agreement: list[Agr
 
 
 def levels_of(
-    runs: list[tuple[Path, RunResult]], qualities: dict[str, VariantQuality], price: float, gpus: int, target_ms: float
+    runs: list[tuple[Path, RunResult]],
+    qualities: dict[str, VariantQuality],
+    price: float,
+    gpus: int,
+    target_ms: float,
+    rates: dict[str, float] | None = None,
 ) -> list[Level]:
     out = []
     for path, run in runs:
@@ -109,7 +169,7 @@ def levels_of(
         for bench in run.benchmarks:
             f = figures(bench, target_ms)
             ok = f.meets_target and qualities[variant].passes
-            per_hour = f.goodput * 3600 / gpus if ok else 0.0
+            per_hour = f.goodput * (rates or {}).get(variant, 1.0) * 3600 / gpus if ok else 0.0
             out.append(
                 Level(
                     variant=variant, label=f"{run.workload.kind}: {bench.label}", run=path.name, figures=f,
@@ -162,12 +222,13 @@ def decision(levels: list[Level], qualities: dict[str, VariantQuality], target_m
 
 def render(
     runs: list[tuple[Path, RunResult]], agreement: list[AgreementResult], rubrics: list[RubricResult], *,
-    price: float, gpus: int, gate: Gate, target_ms: float, out_dir: Path,
+    price: float, gpus: int, gate: Gate, target_ms: float, out_dir: Path, lm_evals: list[LmEvalResult] | None = None,
 ) -> Path:  # fmt: skip
     variants = sorted({r.config.variant for _, r in runs}, key=lambda v: (v != REFERENCE, v))
-    qualities = {v: quality(v, agreement, rubrics, gate) for v in variants}
-    levels = levels_of(runs, qualities, price, gpus, target_ms)
-    standin = any(r.model.kind != "hub" for _, r in runs)
+    qualities = {v: quality(v, agreement, rubrics, gate, lm_evals) for v in variants}
+    rates = pass_rates(runs, rubrics)
+    levels = levels_of(runs, qualities, price, gpus, target_ms, rates)
+    standin = any(r.model.kind == "standin" for _, r in runs)
     lines = [
         f"# Rollout decision: {' vs '.join(variants)}",
         "",
@@ -178,17 +239,45 @@ def render(
     ]
     if standin:
         lines.append(
-            "\n**Measured on the offline stand-in** (random weights, the real shapes): latency and cost are the "
-            "real shapes' on this machine; rubric scores mean nothing; logprob agreement is meaningful."
+            "\n**Latency measured on the offline stand-in** (random weights, the real shapes): latency and cost are "
+            "the real shapes' on this machine; its rubric scores mean nothing; logprob agreement is meaningful."
         )
     machines = sorted(
         {f"{r.environment.cpu} ({r.environment.cpu_count} cores), GPU {r.environment.gpu or 'none'}" for _, r in runs}
     )
-    lines += [f"Machine(s): {'; '.join(machines)}.", "", "## Quality gate", ""]
+    lines += [f"Machine(s): {'; '.join(machines)}.", "", "## Which model each figure comes from", ""]
+    for run_model in sorted({f"{r.config.variant}: {r.model.description}" for _, r in runs}):
+        lines.append(f"- latency runs, {run_model}")
+    for a in agreement:
+        lines.append(f"- agreement {a.candidate} vs original: {a.model_description or a.model_dir}")
+    for r in rubrics:
+        lines.append(f"- rubric, {r.variant}: {r.model_description or r.model_kind}")
+    for e in lm_evals or []:
+        lines.append(f"- lm-eval, {e.variant}: {e.model_description}")
+    measured = {r.variant: r.pass_rate for r in rubrics if r.variant in rates}
+    pooled = len(set(rates.values())) == 1 and len(rates) > 1 and len(set(measured.values())) > 1
+    counted = (
+        ", ".join(f"{v} {rate:.1%}" for v, rate in sorted(rates.items()))
+        + (
+            " (both at the pooled rate: the measured rates differ by less than twice their standard error)"
+            if pooled
+            else ""
+        )
+        if rates
+        else "none: no real model's rubric on the runs' own model, so every answer in time counts as acceptable"
+    )
+    lines += ["", f"Rubric pass rates applied to the cost: {counted}.", "", "## Quality gate", ""]
     lines += [f"- {v}: {'passes' if q.passes else '**fails**'} ({q.reason})" for v, q in qualities.items()]
     for r in rubrics:
-        note = " (stand-in: meaningless)" if r.model_kind != "hub" else ""
-        lines.append(f"- rubric mean score, {r.variant}: {r.mean_score:.3f}{note}")
+        note = " (stand-in: meaningless)" if r.model_kind not in REAL else ""
+        lines.append(
+            f"- rubric, {r.variant}: {r.pass_rate:.1%} of {len(r.scores)} answers pass, mean score "
+            f"{r.mean_score:.3f}{note}"
+        )
+    for e in lm_evals or []:
+        for task, figs in sorted(e.tasks.items()):
+            said = ", ".join(f"{k} {v:.4g}" for k, v in sorted(figs.items()))
+            lines.append(f"- lm-eval {task}, {e.variant}: {said}")
     lines += [
         "",
         "## Each load level",

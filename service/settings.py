@@ -146,6 +146,11 @@ class RoutingSettings(BaseModel):
 class AnswerSettings(BaseModel):
     max_tokens: int = 256
     temperature: float = 0.3
+    # OpenAI's frequency penalty: each time a token was already written in this answer, its logit is lowered by
+    # this much (0: off). It counts the answer's own tokens only (vLLM's repetition_penalty also punishes the
+    # passage's words, which pushes a model away from the passage).
+    # 0.5 chosen with the rubric on the real small model (loadtest/results/quality-cpu-smollm2/README.md).
+    frequency_penalty: float = Field(default=0.5, ge=-2.0, le=2.0)
     # While a question waits for its first token (and all along), an SSE comment this often keeps
     # proxies with idle timeouts (nginx's proxy_read_timeout, load balancers) from cutting the stream.
     keepalive_s: float = 10.0
@@ -158,10 +163,18 @@ class AnswerSettings(BaseModel):
     progress_s: float = Field(default=1.0, gt=0)
     # A pupil's Stop waits this long at most for the answer to be stored as stopped.
     stop_wait_s: float = Field(default=5.0, ge=0)
+
     # passage_first: the passage opens every prompt, so a class shares it in vLLM's prefix cache
     # (prompts/README.md). question_first: the pupil's question before the passage, as a naive prompt would
     # have it, so pupils share only the instructions; for benchmarking what passage-first buys.
     prompt_layout: PromptLayout = "passage_first"
+
+    def sampling(self) -> dict[str, float | int]:
+        """What every answer's request asks of vLLM's sampler (the rubric asks the same)."""
+        chosen: dict[str, float | int] = {"max_tokens": self.max_tokens, "temperature": self.temperature}
+        if self.frequency_penalty:
+            chosen["frequency_penalty"] = self.frequency_penalty
+        return chosen
 
 
 class TurnSettings(BaseModel):

@@ -14,7 +14,7 @@ from loadtest.overhead import start_fake
 from loadtest.quality import lmeval
 from loadtest.quality.cli import AgreementResult
 from loadtest.quality.logprobs import Agreement, compare_positions, kl_over_topk, parse_prompt_logprobs, summarize, top1
-from loadtest.quality.rubric import Scorer, load_rubrics
+from loadtest.quality.rubric import RubricResult, Score, Scorer, load_rubrics
 from loadtest.results import Benchmark, Environment, ModelInfo, RequestRecord, RunConfig, RunResult, WorkloadInfo
 from loadtest.scheduler import Profile, cap, run_profile
 from loadtest.servermetrics import parse_counters
@@ -117,30 +117,28 @@ def test_prompt_logprobs_keep_the_k_best_ranks() -> None:
     assert parse_prompt_logprobs(entries, k=2) == [{}, {5: -0.1, 9: -2.5}]  # type: ignore[arg-type]
 
 
-def test_rubric_credits_ideas_and_penalises_calling_pollination_fertilisation() -> None:
+def test_rubric_credits_ideas_and_fails_calling_pollination_fertilisation() -> None:
     rubrics = load_rubrics()
-    bees = rubrics.passages[0]
-    pollination = next(q for q in bees.questions if q.question == "What is pollination?")
-    scorer = Scorer(rubrics.misconception_penalty)
+    bees, pollination = rubrics.find("The honeybee", "What is pollination?")
+    scorer = Scorer(rubrics)
     good = scorer.score(
         bees, pollination, "Bees carry pollen from one flower to another flower of the same kind, so it can make seeds."
     )
-    assert good.score == 1.0 and good.misconceptions_found == []
+    assert good.score == 1.0 and good.passed and good.misconceptions_found == []
     wrong = scorer.score(bees, pollination, "Pollination is fertilisation: bees carry pollen to the next flower.")
     assert wrong.misconceptions_found == ["calls pollination fertilisation"]
-    assert wrong.score == pytest.approx(2 / 3 - rubrics.misconception_penalty)
+    assert wrong.score == pytest.approx(1 - rubrics.misconception_penalty) and not wrong.passed
     assert scorer.score(bees, pollination, "I like flowers.").score == 0.0
 
 
-def test_lm_eval_says_plainly_when_its_datasets_cannot_be_fetched(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
-    check = lmeval.datasets_reachable()
-    assert not check.ok
-    assert "Nothing was measured" in check.message and "Rowan/hellaswag" in check.message
-    args = lmeval.command(Path("lm_eval"), "http://h:1/v1", "m", Path("var/models/tiny"), Path("out"))
-    assert args[args.index("--limit") + 1] == "100" and args[args.index("--tasks") + 1] == "wikitext,hellaswag"
-    assert "base_url=http://h:1/v1/completions" in args[args.index("--model_args") + 1]
+def test_lm_eval_runs_the_local_tasks_offline_against_the_served_model(tmp_path: Path) -> None:
+    tasks = list(lmeval.LOCAL_TASKS)
+    tiny = Path("var/models/tiny")
+    args = lmeval.command(Path("lm_eval"), "http://h:1/v1", "m", tiny, tasks, tmp_path, tmp_path, None)
+    assert args[args.index("--tasks") + 1] == "classroom_passages,classroom_comprehension"
+    assert args[args.index("--include_path") + 1] == str(tmp_path) and "--limit" not in args
+    model_args = args[args.index("--model_args") + 1]
+    assert "base_url=http://h:1/v1/completions" in model_args and "tokenizer=var/models/tiny" in model_args
 
 
 def _run(variant: str, ttfts: list[float], kind: str = "standin", duration: float | None = None) -> RunResult:
@@ -299,3 +297,49 @@ def test_latency_histograms_by_either_name_of_vllm() -> None:
     assert (a.ttft_sum, a.ttft_count, a.itl_sum, a.itl_count, a.e2e_count) == (1.5, 30, 8.0, 3810, None)
     assert (b.itl_sum, b.itl_count, b.e2e_sum, b.e2e_count, b.ttft_count) == (4.0, 100, 9.0, 30, None)
     assert root_url("http://127.0.0.1:8100/v1") == "http://127.0.0.1:8100"
+
+
+def _rubric(variant: str, passed: int, of: int, description: str = "d") -> RubricResult:
+    score = Score(
+        title="t", question="q", kind="one_sentence", answer="a", readable=True, grounding=1.0, ideas_found=[],
+        ideas_missed=[], misconceptions_found=[], score=1.0, passed=True,
+    )  # fmt: skip
+    scores = [score] * passed + [score.model_copy(update={"passed": False, "score": 0.0})] * (of - passed)
+    return RubricResult(
+        variant=variant, url="u", model_kind="small", model_description=description, warning=None, sampling={},
+        mean_score=passed / of, pass_rate=passed / of, scores=scores,
+    )  # fmt: skip
+
+
+def test_a_real_model_s_rubric_decides_the_gate_and_prices_only_acceptable_answers(tmp_path: Path) -> None:
+    gate = compare.Gate(min_top1=0.9, max_kl=0.1, max_score_drop=0.05)
+    runs = [(tmp_path / "o.json", _run("original", [0.2] * 10)), (tmp_path / "f.json", _run("fp8", [0.1] * 10))]
+    for run in runs:
+        run[1].model.kind = "small"
+    # Agreement would fail the stand-in's gate; the real rubric decides: 45 of 60 against 44 of 60 passes.
+    close = compare.render(
+        runs, [_agreement(0.5, 0.9)], [_rubric("original", 45, 60), _rubric("fp8", 44, 60)],
+        price=4.0, gpus=1, gate=gate, target_ms=500, out_dir=tmp_path / "a",
+    )  # fmt: skip
+    text = close.read_text()
+    assert "- fp8: passes (rubric pass rate 73.3% vs the original's 75.0%" in text
+    assert "top-1 agreement 50.0%" in text  # reported beside it
+    # 45 and 44 of 60 differ by less than twice their standard error: both count at the pooled 89 of 120.
+    # 1 req/s x 74.17% acceptable = 2,670 acceptable answers an hour; 4.0 an hour -> 1.4981 per 1,000.
+    assert "| 2,670 | 1.4981 |" in text and "fp8 74.2%, original 74.2% (both at the pooled rate" in text
+    apart = compare.render(
+        runs, [], [_rubric("original", 150, 180), _rubric("fp8", 168, 180)],
+        price=4.0, gpus=1, gate=gate, target_ms=500, out_dir=tmp_path / "p",
+    )  # fmt: skip
+    assert "Rubric pass rates applied to the cost: fp8 93.3%, original 83.3%." in apart.read_text()
+    worse = compare.render(
+        runs, [_agreement(0.99, 0.001)], [_rubric("original", 45, 60), _rubric("fp8", 40, 60)],
+        price=4.0, gpus=1, gate=gate, target_ms=500, out_dir=tmp_path / "b",
+    )  # fmt: skip
+    assert "- fp8: **fails** (rubric pass rate 66.7%" in worse.read_text()
+    # A rubric measured on another model than the runs' is reported, never priced in.
+    elsewhere = compare.render(
+        runs, [_agreement(0.99, 0.001)], [_rubric("original", 45, 60, "other"), _rubric("fp8", 44, 60, "other")],
+        price=4.0, gpus=1, gate=gate, target_ms=500, out_dir=tmp_path / "c",
+    )  # fmt: skip
+    assert "Rubric pass rates applied to the cost: none" in elsewhere.read_text()

@@ -8,6 +8,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from loadtest.quality import lmeval
 from loadtest.quality.rubric import Scorer, load_rubrics
 from service.classroom.prompting import Prompts
 from service.local.capacity import ModelFacts
@@ -54,30 +55,59 @@ def test_its_name_and_passage_budget_follow_its_own_folder(small_model_dir: Path
     assert "SmolLM" not in rendered  # our system message, passage first, replaces the model's default one
 
 
-def ask(replica: Vllm, prompts: Prompts, title: str, text: str, question: str) -> str:
+SAMPLES = 3
+
+
+def ask(replica: Vllm, prompts: Prompts, title: str, text: str, question: str) -> list[str]:
+    """Three answers as the service asks for them: its prompt, its sampling (answer.*)."""
     body = {
         "model": replica.model,
         "messages": prompts.messages(title, text, question),
-        "max_tokens": 128,
-        "temperature": 0,
+        "n": SAMPLES,
+        **Settings().answer.sampling(),
     }
     answer = httpx.post(f"{replica.base_url}/chat/completions", json=body, timeout=120)
     assert answer.status_code == 200, answer.text
-    content: str = answer.json()["choices"][0]["message"]["content"] or ""
-    return content
+    return [str(choice["message"]["content"] or "") for choice in answer.json()["choices"]]
 
 
 @pytest.mark.parametrize("question", ["What is pollination?", "Why do bees visit flowers?"])
-def test_the_small_model_answers_in_real_words_and_the_stand_in_does_not(
+def test_the_small_model_answers_the_bee_questions_and_the_stand_in_does_not(
     small_vllm: Vllm, vllm: Vllm, model_dir: Path, small_model_dir: Path, question: str
 ) -> None:
+    """The seed's two questions, three answers each as pupils would get them: the real model's are English and earn
+    the rubric's credit for the passage's ideas; the stand-in's earn nothing. (Whether they pass is another matter:
+    the 135M model adds invented details beside the right idea, and the teacher-calibrated scorer fails most of
+    them, as the teacher did: loadtest/README.md.)"""
     rubrics = load_rubrics()
-    (bees,) = [p for p in rubrics.passages if p.title == "The honeybee"]
-    (rubric,) = [q for q in bees.questions if q.question == question]
-    scorer = Scorer(rubrics.misconception_penalty)
-    small = ask(small_vllm, Prompts.from_settings(Settings(), small_model_dir), bees.title, bees.text, question)
-    standin = ask(vllm, Prompts.from_settings(Settings(), model_dir), bees.title, bees.text, question)
-    real, noise = scorer.score(bees, rubric, small), scorer.score(bees, rubric, standin)
-    assert real.ideas_found and not real.misconceptions_found, small
-    assert noise.score == 0, standin
-    assert "bee" in small.lower() and "flower" in small.lower(), small
+    bees, rubric = rubrics.find("The honeybee", question)
+    scorer = Scorer(rubrics)
+    real, noise = Prompts.from_settings(Settings(), small_model_dir), Prompts.from_settings(Settings(), model_dir)
+    small = [scorer.score(bees, rubric, a) for a in ask(small_vllm, real, bees.title, bees.text, question)]
+    standin = [scorer.score(bees, rubric, a) for a in ask(vllm, noise, bees.title, bees.text, question)]
+    assert sum(bool(s.ideas_found) for s in small) >= 2, [s.answer for s in small]
+    assert all(s.readable and "bee" in s.answer.lower() for s in small), [s.answer for s in small]
+    assert not any(s.passed or s.readable for s in standin), [s.answer for s in standin]
+
+
+def test_lm_eval_s_local_tasks_tell_the_real_model_from_random_weights(
+    small_vllm: Vllm, vllm: Vllm, model_dir: Path, small_model_dir: Path, tmp_path: Path
+) -> None:
+    """lm-eval for real, offline (its own venv, local tasks over the project's passages): the trained model reads
+    the passages as English (word perplexity in the tens) and beats chance at the comprehension questions; the
+    stand-in's random weights find every word a surprise."""
+    program = lmeval.ensure_installed()
+    include = lmeval.write_tasks(load_rubrics(), tmp_path / "tasks")
+    figures = {}
+    for name, replica, folder, tasks in [
+        ("small", small_vllm, small_model_dir, list(lmeval.LOCAL_TASKS)),
+        ("standin", vllm, model_dir, ["classroom_passages"]),
+    ]:
+        done = lmeval.run_lm_eval(program, replica.base_url, replica.model, folder, tasks, include, tmp_path / name)
+        assert done.ok, done.message
+        figures[name] = lmeval.read_results(tmp_path / name)
+    small, standin = figures["small"], figures["standin"]
+    perplexity = small["classroom_passages"]["word_perplexity"], standin["classroom_passages"]["word_perplexity"]
+    assert perplexity[0] < 100 and perplexity[1] > 10_000, perplexity
+    comprehension = small["classroom_comprehension"]
+    assert comprehension["acc_norm"] > 0.25 + 3 * comprehension["acc_norm_stderr"], comprehension  # chance: 1 in 4

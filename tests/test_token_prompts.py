@@ -43,7 +43,10 @@ padded = st.tuples(blank, written, blank).map("".join)
 
 
 def body_of(prompts: Prompts, system_message: str, question: str) -> dict[str, Any]:
-    body: dict[str, Any] = orjson.loads(prompts.request_body(system_message, question, **OPTIONS))
+    sampling = {k: v for k, v in OPTIONS.items() if k != "model"}
+    body: dict[str, Any] = orjson.loads(
+        prompts.request_body(system_message, question, model=OPTIONS["model"], sampling=sampling)
+    )
     return body
 
 

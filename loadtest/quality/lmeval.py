@@ -1,30 +1,36 @@
-"""(c) lm-eval (EleutherAI's lm-evaluation-harness) against a served variant: wikitext (word perplexity)
-and hellaswag (accuracy), `--limit 100`, through vLLM's completions API (lm-eval's `local-completions`).
+"""(c) lm-eval (EleutherAI's lm-evaluation-harness) against a served variant, offline: two local tasks built
+from the project's own passages (passages.json), run through vLLM's completions API (lm-eval's
+`local-completions`, tokenising with the model folder's own tokenizer):
 
-lm-eval downloads both datasets from the Hugging Face hub when it runs. Where the hub cannot be reached
-(these build machines, CI, an offline school) nothing can be measured: this says so plainly and exits 2,
-rather than letting a connection traceback pass for a result. lm-eval is not one of our dependencies
-(it pulls torch and datasets): install it in a venv of its own, e.g.
-    python3.11 -m venv .venv-lmeval && .venv-lmeval/bin/pip install 'lm-eval[api]'
+- `classroom_passages`: perplexity of the model on the passages themselves (word and byte perplexity, bits
+  per byte): how surprised the model is by the texts a class reads. FP8 moving it is damage a pupil never
+  sees directly but every answer rests on.
+- `classroom_comprehension`: a multiple-choice comprehension test made of the rubric questions: the passage,
+  the question, four answers (the right one, the misconception, two plausible others; "The passage does not
+  say." is right where it does not), scored by the loglikelihood of each answer (accuracy, and accuracy
+  normalised by length).
+
+Both are lm-eval YAML tasks over local JSON Lines files, written into the output folder at run time (the data
+files' paths are absolute), so nothing is fetched from the hub. lm-eval lives in a venv of its own
+(.venv-lmeval, pinned in lmeval-requirements.txt): it is a tool of the load tester, never of the service.
+Its hub tasks (wikitext, hellaswag) can still be named where the hub answers.
 """
 
+import json
 import os
-import shutil
+import random
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+from loadtest.quality.rubric import Rubrics
 
-TASKS = ("wikitext", "hellaswag")
-LIMIT = 100
-# Where each task's dataset lives on the hub (lm-eval's task configs).
-DATASETS = {"wikitext": "EleutherAI/wikitext_document_level", "hellaswag": "Rowan/hellaswag"}
-UNREACHABLE = (
-    "lm-eval cannot run here: its datasets ({datasets}) are downloaded from {endpoint} at run time, and {why}. "
-    "Nothing was measured. Run this on a machine that reaches the hub (or with the datasets in the "
-    "Hugging Face cache and HF_DATASETS_OFFLINE=1)."
-)
+LOCAL_TASKS = ("classroom_passages", "classroom_comprehension")
+VENV = Path(".venv-lmeval")
+REQUIREMENTS = Path(__file__).with_name("lmeval-requirements.txt")
+LM_EVAL = "lm-eval==0.4.13"  # installed without its dependencies: its core pins scikit-learn, rouge, ...
+NOT_TOLD_CHOICE = "The passage does not say."
 
 
 @dataclass(frozen=True)
@@ -33,59 +39,136 @@ class Check:
     message: str
 
 
-def datasets_reachable(timeout_s: float = 5.0) -> Check:
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    names = ", ".join(DATASETS.values())
-    if os.environ.get("HF_DATASETS_OFFLINE", "") not in ("", "0"):
-        return Check(True, "HF_DATASETS_OFFLINE is set: lm-eval will read the local Hugging Face cache")
-    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
-        return Check(False, UNREACHABLE.format(datasets=names, endpoint=endpoint, why="HF_HUB_OFFLINE is set"))
-    try:
-        response = httpx.get(f"{endpoint}/api/datasets/{DATASETS['hellaswag']}", timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        return Check(False, UNREACHABLE.format(datasets=names, endpoint=endpoint, why=f"it is unreachable ({exc!r})"))
-    if response.status_code != 200:
-        why = f"it answered {response.status_code}"
-        return Check(False, UNREACHABLE.format(datasets=names, endpoint=endpoint, why=why))
-    return Check(True, f"{endpoint} answers")
+def comprehension_docs(rubrics: Rubrics, seed: int = 0) -> list[dict[str, object]]:
+    """Each rubric question as a multiple-choice item; the right answer's place is shuffled (seeded)."""
+    shuffle = random.Random(seed)
+    docs: list[dict[str, object]] = []
+    for passage in rubrics.passages:
+        for q in passage.questions:
+            order = list(range(len(q.choices)))
+            shuffle.shuffle(order)
+            choices = [q.choices[i] for i in order]
+            docs.append(
+                {"title": passage.title, "text": passage.text, "question": q.question, "kind": q.kind,
+                 "choices": choices, "answer": order.index(0)}
+            )  # fmt: skip
+    return docs
 
 
-def find_lm_eval(explicit: Path | None) -> Path | None:
-    for candidate in (explicit, Path(".venv-lmeval/bin/lm_eval"), shutil.which("lm_eval")):
-        if candidate is not None and Path(candidate).is_file():
-            return Path(candidate)
-    return None
+def write_tasks(rubrics: Rubrics, folder: Path) -> Path:
+    """The two tasks' YAML and data files in `folder` (lm-eval's --include_path)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    passages = folder / "classroom_passages.jsonl"
+    passages.write_text("".join(json.dumps({"title": p.title, "text": p.text}) + "\n" for p in rubrics.passages))
+    questions = folder / "classroom_comprehension.jsonl"
+    questions.write_text("".join(json.dumps(d) + "\n" for d in comprehension_docs(rubrics)))
+    local = {"dataset_path": "json", "test_split": "train"}
+    tasks = {
+        "classroom_passages": {
+            **local,
+            "dataset_kwargs": {"data_files": str(passages.resolve())},
+            "output_type": "loglikelihood_rolling",
+            "doc_to_text": "",
+            "doc_to_target": "{{text}}",
+            "metric_list": [{"metric": m} for m in ("word_perplexity", "byte_perplexity", "bits_per_byte")],
+        },
+        "classroom_comprehension": {
+            **local,
+            "dataset_kwargs": {"data_files": str(questions.resolve())},
+            "output_type": "multiple_choice",
+            "doc_to_text": "Passage: {{title}}\n\n{{text}}\n\nQuestion: {{question}}\nAnswer:",
+            "doc_to_choice": "{{choices}}",
+            "doc_to_target": "{{answer}}",
+            "metric_list": [
+                {"metric": m, "aggregation": "mean", "higher_is_better": True} for m in ("acc", "acc_norm")
+            ],
+        },
+    }
+    for name, spec in tasks.items():
+        # JSON is YAML: lm-eval reads these as its own task files.
+        (folder / f"{name}.yaml").write_text(json.dumps({"task": name, **spec}, indent=1) + "\n")
+    return folder
 
 
-def command(lm_eval: Path, base_url: str, model: str, tokenizer_dir: Path, output: Path) -> list[str]:
+def lm_eval_program(venv: Path = VENV) -> Path:
+    return venv / "bin" / "lm_eval"
+
+
+def ensure_installed(venv: Path = VENV) -> Path:
+    """lm-eval and the few packages its local-completions path imports, pinned, in a venv of its own."""
+    program = lm_eval_program(venv)
+    marker = venv / ".installed"
+    if program.is_file() and marker.is_file() and marker.read_text() == REQUIREMENTS.read_text():
+        return program
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, "--no-deps", LM_EVAL], check=True)
+    subprocess.run([*pip, "--no-warn-conflicts", "-r", str(REQUIREMENTS)], check=True)
+    marker.write_text(REQUIREMENTS.read_text())
+    return program
+
+
+def command(
+    lm_eval: Path,
+    base_url: str,
+    model: str,
+    tokenizer_dir: Path,
+    tasks: list[str],
+    include: Path,
+    output: Path,
+    limit: int | None,
+) -> list[str]:
     model_args = ",".join(
         [
             f"model={model}",
             f"base_url={base_url.rstrip('/')}/completions",
-            f"tokenizer={tokenizer_dir}",  # our local folder: lm-eval would fetch it from the hub otherwise
+            f"tokenizer={tokenizer_dir}",  # the served model's folder: nothing fetched from the hub
             "tokenizer_backend=huggingface",
             "tokenized_requests=False",
-            "num_concurrent=1",
+            "num_concurrent=4",
+            "max_retries=1",
         ]
     )
     return [
-        str(lm_eval), "--model", "local-completions", "--model_args", model_args,
-        "--tasks", ",".join(TASKS), "--limit", str(LIMIT), "--output_path", str(output),
+        str(lm_eval), "run", "--model", "local-completions", "--model_args", model_args,
+        "--tasks", ",".join(tasks), "--include_path", str(include), "--output_path", str(output),
+        *(["--limit", str(limit)] if limit else []),
     ]  # fmt: skip
 
 
-def run_lm_eval(lm_eval: Path, base_url: str, model: str, tokenizer_dir: Path, output: Path) -> Check:
+def run_lm_eval(
+    lm_eval: Path,
+    base_url: str,
+    model: str,
+    tokenizer_dir: Path,
+    tasks: list[str],
+    include: Path,
+    output: Path,
+    limit: int | None = None,
+) -> Check:
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if any(task not in LOCAL_TASKS for task in tasks):
+        env.pop("HF_DATASETS_OFFLINE")
+        env.pop("HF_HUB_OFFLINE")
     done = subprocess.run(
-        command(lm_eval, base_url, model, tokenizer_dir, output), capture_output=True, text=True, check=False
+        command(lm_eval, base_url, model, tokenizer_dir, tasks, include, output, limit),
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
     )
     if done.returncode == 0:
         return Check(True, done.stdout[-4000:])
-    tail = (done.stdout + done.stderr)[-3000:]
-    if any(
-        word in tail
-        for word in ("ConnectionError", "ConnectTimeout", "LocalEntryNotFoundError", "OfflineModeIsEnabled")
-    ):
-        return Check(
-            False, "lm-eval could not fetch its datasets (the hub is unreachable): nothing was measured.\n" + tail
-        )
-    return Check(False, "lm-eval failed:\n" + tail)
+    return Check(False, "lm-eval failed:\n" + (done.stdout + done.stderr)[-3000:])
+
+
+def read_results(output: Path) -> dict[str, dict[str, float]]:
+    """lm-eval's figures per task, from the newest results file it wrote under `output`."""
+    files = sorted(output.rglob("results_*.json"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        return {}
+    results: dict[str, dict[str, object]] = json.loads(files[-1].read_text())["results"]
+    return {
+        task: {k.split(",")[0]: float(v) for k, v in figures.items() if isinstance(v, int | float)}
+        for task, figures in results.items()
+    }

@@ -111,3 +111,34 @@ async def score(client: httpx.AsyncClient, model: str, ids: list[int], k: int) -
     response = await client.post("/completions", json=body)
     response.raise_for_status()
     return parse_prompt_logprobs(response.json()["choices"][0]["prompt_logprobs"], k)
+
+
+async def greedy(client: httpx.AsyncClient, model: str, prompt_ids: list[int], tokens: int) -> list[int]:
+    """The greedy answer's token ids, up to `tokens` (it ends where the model ends it)."""
+    body = {"model": model, "prompt": prompt_ids, "max_tokens": tokens, "temperature": 0, "return_token_ids": True}
+    response = await client.post("/completions", json=body)
+    response.raise_for_status()
+    ids: list[int] = response.json()["choices"][0]["token_ids"]
+    return ids
+
+
+class GreedyMatch(BaseModel):
+    """How often the two variants' greedy answers are the same, token for token, and where they part."""
+
+    answers: int
+    exact_match: float
+    # Tokens the two greedy answers share before the first difference (the answer's length where equal).
+    median_common_prefix: float
+
+
+def greedy_match(pairs: Sequence[tuple[list[int], list[int]]]) -> GreedyMatch:
+    common = []
+    for a, b in pairs:
+        n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        common.append(n)
+    common.sort()
+    middle = len(common) // 2
+    median = common[middle] if len(common) % 2 else (common[middle - 1] + common[middle]) / 2
+    return GreedyMatch(
+        answers=len(pairs), exact_match=sum(a == b for a, b in pairs) / len(pairs), median_common_prefix=median
+    )

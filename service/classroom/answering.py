@@ -16,7 +16,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import NoReturn
 
 import aiohttp
@@ -70,8 +70,7 @@ class Answering:
         turns: Turns,
         *,
         model: str,
-        max_tokens: int,
-        temperature: float,
+        sampling: Mapping[str, float | int],
         rate: RateLimit,
         longest_answer_s: int,
         answers: LiveAnswers,
@@ -87,8 +86,7 @@ class Answering:
         self._metrics = metrics
         self._turns = turns
         self._model = model
-        self._max_tokens = max_tokens
-        self._temperature = temperature
+        self._sampling = sampling
         self._rate = rate
         self._longest_answer_s = longest_answer_s
         self._answers = answers
@@ -143,9 +141,7 @@ class Answering:
             raise TooManyQuestions(self._rate.most, max(1, math.ceil(admission.retry_after_s)))
         if admission.outcome == "full":
             await self._refuse(record)
-        body = self._prompts.request_body(
-            system_message, question, model=self._model, max_tokens=self._max_tokens, temperature=self._temperature
-        )
+        body = self._prompts.request_body(system_message, question, model=self._model, sampling=self._sampling)
         if admission.outcome == "queued":
             assert line is not None
             places = self._turns.wait(line, classroom_id, record.id, admission.place)

@@ -16,6 +16,7 @@ tests/test_token_prompts.py proves the ids equal the chat's.
 
 import secrets
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,7 +145,7 @@ class Prompts:
         ]
 
     def request_body(
-        self, system_message: str, question: str, *, model: str, max_tokens: int, temperature: float
+        self, system_message: str, question: str, *, model: str, sampling: Mapping[str, float | int]
     ) -> bytes:
         """The JSON body of one question's streamed request: chat messages for /v1/chat/completions, or
         token ids for /v1/completions (`upstream.Upstream` posts to the one that goes with the format)."""
@@ -153,8 +154,7 @@ class Prompts:
                 {
                     "model": model,
                     "messages": self.chat(system_message, question),
-                    "max_tokens": max_tokens,
-                    "temperature": temperature,
+                    **sampling,
                     "stream": True,
                     "stream_options": {"include_usage": True},
                 }
@@ -164,8 +164,7 @@ class Prompts:
         options = orjson.dumps(
             {
                 "model": model,
-                "max_tokens": max_tokens,
-                "temperature": temperature,
+                **sampling,
                 "stream": True,
                 "stream_options": {"include_usage": True},
             }

@@ -19,6 +19,7 @@ from service.local.stack import run_stack
 from service.local.vllm_server import server as vllm_server
 from service.local.vllm_server.flags import detect_device, serve_env, serve_flags
 from service.local.vllm_server.venv import ensure_vllm_venv
+from service.model_manifest import PRODUCT_CONTEXT
 from service.settings import Device, ModelSize, Settings, SmallModel, StandinSize
 
 app = typer.Typer(help="classroom-assistant: a reading assistant for classrooms.", no_args_is_help=True)
@@ -224,7 +225,12 @@ def capacity(
         cache,
         kv_dtype=cap.resolve_kv_dtype(kv_dtype, model, device),  # type: ignore[arg-type]
         block_tokens=block_tokens or cap.BLOCK_TOKENS[device],
-        max_model_len=settings.context_length(folder if isinstance(folder, Path) else None),
+        # A shape with no folder plans at the product's context (or the configured one), not the default folder's.
+        max_model_len=(
+            settings.context_length(folder)
+            if isinstance(folder, Path)
+            else settings.backend.max_model_len or PRODUCT_CONTEXT
+        ),
         class_shape=cap.ClassShape(
             passage=passage_tokens,
             question=question_tokens or settings.limits.question_max_tokens,
