@@ -134,7 +134,7 @@ def test_rubric_credits_ideas_and_fails_calling_pollination_fertilisation() -> N
 def test_lm_eval_runs_the_local_tasks_offline_against_the_served_model(tmp_path: Path) -> None:
     tasks = list(lmeval.LOCAL_TASKS)
     tiny = Path("var/models/tiny")
-    args = lmeval.command(Path("lm_eval"), "http://h:1/v1", "m", tiny, tasks, tmp_path, tmp_path, None)
+    args = lmeval.LmEvalRun(Path("lm_eval"), "http://h:1/v1", "m", tiny, tasks, tmp_path, tmp_path).command()
     assert args[args.index("--tasks") + 1] == "classroom_passages,classroom_comprehension"
     assert args[args.index("--include_path") + 1] == str(tmp_path) and "--limit" not in args
     model_args = args[args.index("--model_args") + 1]

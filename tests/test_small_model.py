@@ -103,7 +103,8 @@ def test_lm_eval_s_local_tasks_tell_the_real_model_from_random_weights(
         ("small", small_vllm, small_model_dir, list(lmeval.LOCAL_TASKS)),
         ("standin", vllm, model_dir, ["classroom_passages"]),
     ]:
-        done = lmeval.run_lm_eval(program, replica.base_url, replica.model, folder, tasks, include, tmp_path / name)
+        run = lmeval.LmEvalRun(program, replica.base_url, replica.model, folder, tasks, include, tmp_path / name)
+        done = lmeval.run_lm_eval(run)
         assert done.ok, done.message
         figures[name] = lmeval.read_results(tmp_path / name)
     small, standin = figures["small"], figures["standin"]

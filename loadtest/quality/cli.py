@@ -230,7 +230,8 @@ def lm_eval_command(
     include = lmeval.write_tasks(load_rubrics(), out / "tasks")
     base = url or settings.backend.base_url
     names = [t.strip() for t in tasks.split(",") if t.strip()]
-    done = lmeval.run_lm_eval(program, base, settings.served_name(folder), folder, names, include, out / "raw", limit)
+    run = lmeval.LmEvalRun(program, base, settings.served_name(folder), folder, names, include, out / "raw", limit)
+    done = lmeval.run_lm_eval(run)
     if not done.ok:
         typer.echo(done.message, err=True)
         raise typer.Exit(2)

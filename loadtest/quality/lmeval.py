@@ -108,55 +108,44 @@ def ensure_installed(venv: Path = VENV) -> Path:
     return program
 
 
-def command(
-    lm_eval: Path,
-    base_url: str,
-    model: str,
-    tokenizer_dir: Path,
-    tasks: list[str],
-    include: Path,
-    output: Path,
-    limit: int | None,
-) -> list[str]:
-    model_args = ",".join(
-        [
-            f"model={model}",
-            f"base_url={base_url.rstrip('/')}/completions",
-            f"tokenizer={tokenizer_dir}",  # the served model's folder: nothing fetched from the hub
-            "tokenizer_backend=huggingface",
-            "tokenized_requests=False",
-            "num_concurrent=4",
-            "max_retries=1",
-        ]
-    )
-    return [
-        str(lm_eval), "run", "--model", "local-completions", "--model_args", model_args,
-        "--tasks", ",".join(tasks), "--include_path", str(include), "--output_path", str(output),
-        *(["--limit", str(limit)] if limit else []),
-    ]  # fmt: skip
+@dataclass(frozen=True)
+class LmEvalRun:
+    """One lm-eval run of some tasks against a served model."""
+
+    lm_eval: Path
+    base_url: str
+    model: str
+    tokenizer_dir: Path  # the served model's folder: nothing is fetched from the hub
+    tasks: list[str]
+    include: Path
+    output: Path
+    limit: int | None = None
+
+    def command(self) -> list[str]:
+        model_args = ",".join(
+            [
+                f"model={self.model}",
+                f"base_url={self.base_url.rstrip('/')}/completions",
+                f"tokenizer={self.tokenizer_dir}",
+                "tokenizer_backend=huggingface",
+                "tokenized_requests=False",
+                "num_concurrent=4",
+                "max_retries=1",
+            ]
+        )
+        return [
+            str(self.lm_eval), "run", "--model", "local-completions", "--model_args", model_args,
+            "--tasks", ",".join(self.tasks), "--include_path", str(self.include), "--output_path", str(self.output),
+            *(["--limit", str(self.limit)] if self.limit else []),
+        ]  # fmt: skip
 
 
-def run_lm_eval(
-    lm_eval: Path,
-    base_url: str,
-    model: str,
-    tokenizer_dir: Path,
-    tasks: list[str],
-    include: Path,
-    output: Path,
-    limit: int | None = None,
-) -> Check:
+def run_lm_eval(run: LmEvalRun) -> Check:
     env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    if any(task not in LOCAL_TASKS for task in tasks):
+    if any(task not in LOCAL_TASKS for task in run.tasks):
         env.pop("HF_DATASETS_OFFLINE")
         env.pop("HF_HUB_OFFLINE")
-    done = subprocess.run(
-        command(lm_eval, base_url, model, tokenizer_dir, tasks, include, output, limit),
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-    )
+    done = subprocess.run(run.command(), capture_output=True, text=True, check=False, env=env)
     if done.returncode == 0:
         return Check(True, done.stdout[-4000:])
     return Check(False, "lm-eval failed:\n" + (done.stdout + done.stderr)[-3000:])
