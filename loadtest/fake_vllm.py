@@ -19,7 +19,7 @@ instead, a chunk every so often, as a GPU decodes). `POST /fake/config {"answer_
 import argparse
 import asyncio
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 import uvloop
@@ -106,12 +106,15 @@ METRICS = (
 
 
 @dataclass
-class Connections:
+class Traffic:
     """Connections open now and the most open at once since the last reset (`GET /fake/connections`;
-    `DELETE` resets): what a client's pool let through at once."""
+    `DELETE` resets): what a client's pool let through at once. Also how often /v1/models was asked (one a
+    probe of the service's, in /metrics as vLLM counts it) and the last chat request's X- headers."""
 
     open: int = 0
     most: int = 0
+    models_asked: int = 0
+    chat_headers: dict[str, str] = field(default_factory=dict)
 
 
 MODELS = {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "vllm", "max_model_len": 4096}]}
@@ -120,9 +123,9 @@ MODELS = {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by"
 class FakeVllm(asyncio.Protocol):
     """One connection: HTTP/1.1 requests one after another (keep-alive), each answered in full."""
 
-    def __init__(self, behaviour: Behaviour, seen_prefixes: set[int], connections: Connections) -> None:
+    def __init__(self, behaviour: Behaviour, seen_prefixes: set[int], traffic: Traffic) -> None:
         self._behaviour = behaviour
-        self._connections = connections
+        self._traffic = traffic
         self._seen = seen_prefixes
         self._buffer = b""
         self._transport: asyncio.Transport | None = None
@@ -130,11 +133,11 @@ class FakeVllm(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]  # uvloop's TCP transport
-        self._connections.open += 1
-        self._connections.most = max(self._connections.most, self._connections.open)
+        self._traffic.open += 1
+        self._traffic.most = max(self._traffic.most, self._traffic.open)
 
     def connection_lost(self, _exc: Exception | None) -> None:
-        self._connections.open -= 1
+        self._traffic.open -= 1
         if self._paced is not None:
             self._paced.cancel()
 
@@ -146,15 +149,21 @@ class FakeVllm(asyncio.Protocol):
                 return
             head = self._buffer[:end].decode("latin-1").split("\r\n")
             length = 0
+            routing: dict[str, str] = {}
             for line in head[1:]:
                 name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
+                name = name.strip().lower()
+                if name == "content-length":
                     length = int(value)
+                elif name.startswith("x-"):
+                    routing[name] = value.strip()
             if len(self._buffer) < end + 4 + length:
                 return
             body = self._buffer[end + 4 : end + 4 + length]
             self._buffer = self._buffer[end + 4 + length :]
             method, path, _ = head[0].split(" ", 2)
+            if path == "/v1/chat/completions":
+                self._traffic.chat_headers = routing
             self._answer(method, path, body)
 
     def _write(self, data: bytes) -> None:
@@ -168,9 +177,16 @@ class FakeVllm(asyncio.Protocol):
         elif method == "GET" and path == "/health":
             self._write(_text_response(""))
         elif method == "GET" and path == "/v1/models":
+            self._traffic.models_asked += 1
             self._write(_json_response(MODELS))
         elif method == "GET" and path == "/metrics":
-            self._write(_text_response(METRICS))
+            # vLLM's own count of requests by route (prometheus-fastapi-instrumentator's; it leaves out /health
+            # and /metrics): what a benchmark reads to count the service's probes, here as on a real vLLM.
+            asked = (
+                "# TYPE http_requests_total counter\n"
+                f'http_requests_total{{handler="/v1/models",method="GET",status="2xx"}} {self._traffic.models_asked}\n'
+            )
+            self._write(_text_response(METRICS + asked))
         elif method == "POST" and path == "/fake/config":
             change = orjson.loads(body)
             for name in ("answer_tokens", "tpot_ms", "ttft_ms"):
@@ -179,8 +195,8 @@ class FakeVllm(asyncio.Protocol):
             self._write(_json_response(vars(self._behaviour)))
         elif path == "/fake/connections" and method in ("GET", "DELETE"):
             if method == "DELETE":
-                self._connections.most = self._connections.open
-            self._write(_json_response(vars(self._connections)))
+                self._traffic.most = self._traffic.open
+            self._write(_json_response(vars(self._traffic)))
         else:
             self._write(_json_response({"error": {"message": f"no route {method} {path}"}}, "404 Not Found"))
 
@@ -234,8 +250,8 @@ class FakeVllm(asyncio.Protocol):
 async def serve(port: int, behaviour: Behaviour) -> None:
     loop = asyncio.get_running_loop()
     seen: set[int] = set()
-    connections = Connections()
-    server = await loop.create_server(lambda: FakeVllm(behaviour, seen, connections), "127.0.0.1", port, backlog=1024)
+    traffic = Traffic()
+    server = await loop.create_server(lambda: FakeVllm(behaviour, seen, traffic), "127.0.0.1", port, backlog=1024)
     async with server:
         await server.serve_forever()
 

@@ -60,6 +60,8 @@ def serve(settings: Settings, workers: int | None = None) -> None:
         "http": "httptools",
         "access_log": api.access_log,
         "log_config": LOG_CONFIG,
+        "proxy_headers": True,
+        "forwarded_allow_ips": api.forwarded_allow_ips,
     }
     if count == 1:
         uvicorn.run(create_app(settings), **served)

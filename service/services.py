@@ -85,7 +85,11 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         fleet.on_probed(warmup.replicas_probed)
     accounts = Accounts(store, settings.auth)
     upstream = Upstream(settings.backend)
-    turns = Turns(store, settings.turns, longest_answer_s=settings.answer.longest_s)
+    # Behind a router or gateway its own queue takes turns; a line of ours per router URL would be the district's.
+    turn_settings = settings.turns
+    if routing.policy == "gateway":
+        turn_settings = turn_settings.model_copy(update={"max_in_flight_per_replica": 0})
+    turns = Turns(store, turn_settings, longest_answer_s=settings.answer.longest_s)
     abandoned = AbandonedAnswers(store, settings.answer.longest_s)
     classes = ClassCache(store, prompts)
     notices = ClassNotices(store, classes)

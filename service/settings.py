@@ -21,7 +21,7 @@ ModelSize = Literal[StandinSize, SmallModel]  # what `classroom model prepare --
 Device = Literal["cpu", "gpu"]
 PromptFormat = Literal["chat", "token_ids"]
 PromptLayout = Literal["passage_first", "question_first"]
-Routing = Literal["affinity", "round_robin"]
+Routing = Literal["affinity", "round_robin", "gateway"]
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -35,6 +35,12 @@ class ApiSettings(BaseModel):
     access_log: bool = False
     # Where worker processes meet to add up their metrics (set by `classroom serve` for more than one).
     metrics_dir: Path | None = None
+    # The proxies whose X-Forwarded-For is believed (uvicorn's forwarded_allow_ips): addresses or CIDR ranges,
+    # comma-separated. The client is the right-most address in it that is not one of them, so the limits on
+    # failed joins and sign-ins count each school, not the ingress. Behind Kubernetes: the ingress controller's
+    # pod range. "*" believes anyone, which lets any client claim any address: never where clients reach
+    # the service directly.
+    forwarded_allow_ips: str = "127.0.0.1"
 
     def resolved_workers(self, cores: int) -> int:
         return self.workers or max(1, min(4, cores // 4))
@@ -123,12 +129,25 @@ class RoutingSettings(BaseModel):
     # Variants and replicas as declared (deploy/backends.yaml); without a file, one variant `original`
     # with the one replica `backend.base_url`.
     backends_file: Path | None = None
-    # affinity: rendezvous hashing on the passage; round_robin: for comparison in benchmarks.
+    # affinity: rendezvous hashing on the passage over each variant's replicas, with fair turns per replica;
+    # round_robin: for comparison in benchmarks. gateway: each variant's "replica" is one URL of a router in
+    # front of the GPUs (vLLM production-stack's router, an inference gateway), which routes and queues itself:
+    # every question goes to the first healthy one with the passage and the class in the headers below, and the
+    # service's own affinity and turns are off (README, "A district").
     policy: Routing = "affinity"
+    # gateway: the header the router hashes to keep a session on one replica; the service sends the passage id,
+    # so that a class's questions land where its passage is cached. vLLM's Rust router (--policy consistent_hash)
+    # reads x-session-id first; production-stack's (--routing-logic session) reads the one --session-key names.
+    session_header: str = "x-session-id"
+    # gateway: the header a gateway's flow control takes fair turns by; the service sends the class id.
+    fairness_header: str = "x-gateway-inference-fairness-id"
     # A replica with this many requests waiting in vLLM's queue is passed over for the next choice.
     max_waiting: float = 4.0
+    # One service process probes the replicas (it holds a lease in Redis), every `probe_interval_s`; the others
+    # read what it found. Should it die, its lease lapses after `prober_lease_s` and another process takes over.
     probe_interval_s: float = 2.0
     probe_timeout_s: float = 1.0
+    prober_lease_s: float = 6.0
     # How often each process re-reads the shared configuration: a switch reaches all within a second.
     config_poll_s: float = 0.5
     # Send each active passage once (one output token) when it becomes active, and again when a variant

@@ -16,7 +16,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,10 +287,11 @@ class RunningService:
 
 @contextmanager
 def service_process(
-    settings: Settings, workers: int = 1, env: Mapping[str, str] | None = None
+    settings: Settings, workers: int = 1, env: Mapping[str, str] | None = None, wrap: Sequence[str] = ()
 ) -> Iterator[RunningService]:
     """The service as deployed: `classroom serve` in a process (or `workers` processes) of its own, its
-    settings from the environment (`env` adds or overrides some); ready once /readyz says it can answer."""
+    settings from the environment (`env` adds or overrides some), run by `wrap` if given (a command that
+    runs the rest of its command line); ready once /readyz says it can answer."""
     port = free_port()
     env = (
         dict(os.environ)
@@ -305,7 +306,7 @@ def service_process(
         }
         | dict(env or {})
     )
-    argv = [str(Path(sys.executable).with_name("classroom")), "serve", "--workers", str(workers)]
+    argv = [*wrap, str(Path(sys.executable).with_name("classroom")), "serve", "--workers", str(workers)]
     log = STATE / "logs" / f"service-{port}.log"
     process = ManagedProcess("the service", argv, log, env=env)
     process.start()
@@ -317,8 +318,8 @@ def service_process(
         process.stop()
 
 
-@pytest.fixture(scope="session")
-def instant_vllm() -> Iterator[str]:
+@contextmanager
+def instant_fake_vllm() -> Iterator[str]:
     """loadtest.fake_vllm: vLLM's stream, answered at once (no real vLLM is that fast); its base URL."""
     port = free_port()
     argv = [sys.executable, "-m", "loadtest.fake_vllm", "--port", str(port)]
@@ -331,9 +332,18 @@ def instant_vllm() -> Iterator[str]:
         except httpx.HTTPError:
             return False
 
-    process.wait_until(ready, 30)
-    yield f"http://127.0.0.1:{port}/v1"
-    process.stop()
+    try:
+        process.wait_until(ready, 30)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.stop()
+
+
+@pytest.fixture(scope="session")
+def instant_vllm() -> Iterator[str]:
+    """One instant fake vLLM for the session's tests (`instant_fake_vllm`)."""
+    with instant_fake_vllm() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

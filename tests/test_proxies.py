@@ -13,9 +13,17 @@ import httpx
 from service.app import create_app
 from service.local.processes import ManagedProcess, free_port
 from service.settings import PROJECT_ROOT, AnswerSettings, Settings
-from tests.conftest import STATE, Join, ServerThread, isolated
+from tests.conftest import STATE, Join, ServerThread, isolated, service_process
 from tests.fakes import FAKE_WORDS, fake_backend_slow_to_first_token
-from tests.helpers import add_passage, ask_streaming, create_classroom, joined_pupil, passage_text, signed_in_teacher
+from tests.helpers import (
+    add_passage,
+    ask_streaming,
+    create_classroom,
+    error_of,
+    joined_pupil,
+    passage_text,
+    signed_in_teacher,
+)
 
 TEMPLATE = PROJECT_ROOT / "deploy" / "nginx" / "classroom.conf.template"
 
@@ -125,3 +133,38 @@ def test_answers_stream_token_by_token_through_nginx(teacher: httpx.Client, serv
     assert streamed.done is not None and streamed.done["answer"] == streamed.text
     # Not buffered into one burst: the first and last tokens crossed nginx well apart.
     assert streamed.token_times[-1] - streamed.token_times[0] > 0.05
+
+
+def school(proxy: str, address: str) -> httpx.Client:
+    """A client whose connections come from `address` (any of 127.0.0.0/8 is this machine's): a school of its own."""
+    return httpx.Client(base_url=proxy, timeout=30, transport=httpx.HTTPTransport(local_address=address))
+
+
+def test_behind_a_proxy_one_guesser_is_stopped_and_another_school_is_not(settings: Settings, instant_vllm: str) -> None:
+    """Two schools reach the service through nginx, which names each in X-Forwarded-For. Trusting nginx's address
+    (the default, loopback), the failed-join limit counts each school; trusting nobody, it counts nginx, and one
+    guesser locks every school out."""
+    backend = settings.backend.model_copy(update={"base_url": instant_vllm})
+    outcomes: dict[str, tuple[int, int]] = {}
+    for trusted in ("127.0.0.1", "192.0.2.1"):
+        own = isolated(settings, backend=backend)
+        env = {"CLASSROOM_AUTH__FAILED_ATTEMPTS_PER_CLIENT": "5", "CLASSROOM_API__FORWARDED_ALLOW_IPS": trusted}
+        with (
+            service_process(own, env=env) as service,
+            closing(signed_in_teacher(own, service.url)) as teacher,
+            nginx(service.url, read_timeout_s=60, folder=STATE / f"nginx-{free_port()}") as proxy,
+            closing(school(proxy, "127.0.0.2")) as guesser,
+            closing(school(proxy, "127.0.0.3")) as other,
+        ):
+            code = create_classroom(teacher)["join_code"]
+            wrong = {"join_code": "WRONG999", "name": "Bot"}
+            # The guesser also claims other addresses itself: nginx appends the one it saw, which is believed.
+            tried = [
+                guesser.post("/api/join", json=wrong, headers={"X-Forwarded-For": f"10.9.9.{n}"}) for n in range(7)
+            ]
+            assert [r.status_code for r in tried[:5]] == [404] * 5, [r.text for r in tried]
+            assert tried[-1].status_code == 429 and error_of(tried[-1])["code"] == "too_many_attempts"
+            joined = other.post("/api/join", json={"join_code": code, "name": "Ada"})
+            outcomes[trusted] = (tried[-1].status_code, joined.status_code)
+    assert outcomes["127.0.0.1"] == (429, 201)  # the guesser waits; the other school's pupil joins
+    assert outcomes["192.0.2.1"] == (429, 429)  # the control: every school is nginx's address, all wait

@@ -6,19 +6,29 @@ second. Each replica is probed every `probe_interval_s`: `/health` and `/v1/mode
 model), and `/metrics` for its queue and cache figures. A replica that fails either probe, or refuses
 a connection, gets no new questions until a probe passes again. Streams already running keep their
 own connection, so no switch and no config change cuts one.
+
+One process probes for all (forty processes probing each replica every 2 s would send it twenty probes a
+second, and all turn from a busy replica at the same moment): the one that holds the prober's lease in
+Redis, renewed every round; the others read what it found. Should it die, its lease lapses and the next
+process to ask takes it. Without Redis, each process probes for itself.
 """
 
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import httpx
 from openai import AsyncOpenAI, Timeout
+from pydantic import BaseModel
+from redis.exceptions import RedisError
 
-from service.backends.routing import BackendConfig, Router
+from service.backends.routing import BackendConfig, Router, gateway_headers
 from service.backends.vllm_metrics import VllmFigures, parse_vllm_metrics, root_url, started_at
 from service.settings import Settings
 from service.store import Store, open_store
@@ -42,8 +52,17 @@ class ReplicaState:
     run: str = ""
 
 
+class SharedProbes(BaseModel):
+    """What the prober's last round found, as every process reads it."""
+
+    prober: str
+    replicas: dict[str, ReplicaState]
+
+
 class Fleet:
     def __init__(self, store: Store, settings: Settings, declared: BackendConfig) -> None:
+        # This process, as the prober's lease names it: where it runs, and which process.
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._store = store
         self._settings = settings
         self._served_name = settings.served_name()  # read once: the model folder's, unless configured
@@ -70,6 +89,8 @@ class Fleet:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        with contextlib.suppress(RedisError, OSError):  # else it lapses
+            await self._store.release_prober_lease(self.id)
         await self._http.aclose()
         for client in self._clients.values():
             await client.close()
@@ -84,7 +105,7 @@ class Fleet:
         self._probed_listeners.append(listener)
 
     def _probed(self, urls: list[str]) -> None:
-        passed = [url for url in urls if self.replicas[url].healthy]
+        passed = [url for url in urls if url in self.replicas and self.replicas[url].healthy]
         if passed:
             for listener in self._probed_listeners:
                 listener(passed)
@@ -118,6 +139,13 @@ class Fleet:
 
     def plan(self, pupil_id: str, passage_id: str) -> tuple[str, list[str]]:
         return self.router.plan(self.config, pupil_id, passage_id, self.healthy(), self._waiting())
+
+    def headers(self, passage_id: str, classroom_id: str) -> dict[str, str] | None:
+        """The headers a question's request carries: in gateway mode what the router keys on, else none."""
+        routing = self._settings.routing
+        if routing.policy != "gateway":
+            return None
+        return gateway_headers(routing.session_header, routing.fairness_header, passage_id, classroom_id)
 
     def plan_variant(self, variant: str, passage_id: str) -> list[str]:
         """Where a passage goes on one variant, whoever asks: for warming its cache before anyone does."""
@@ -166,9 +194,48 @@ class Fleet:
     async def _probe_forever(self) -> None:
         while True:
             await asyncio.sleep(self._settings.routing.probe_interval_s)
-            came_back = await self.probe_all()
-            if came_back:
+            if await self.probe_round():
                 await self._changed()
+
+    async def probe_round(self) -> bool:
+        """Probe and share the findings if this process holds the prober's lease, else read the prober's; True
+        if a replica came back to health."""
+        routing = self._settings.routing
+        try:
+            holder = await self._store.hold_prober_lease(self.id, routing.prober_lease_s)
+        except (RedisError, OSError):
+            log.warning("could not reach Redis for the prober's lease: probing for this process alone")
+            return await self.probe_all()
+        if holder == self.id:
+            came_back = await self.probe_all()
+            found = SharedProbes(prober=self.id, replicas=self.replicas)
+            with contextlib.suppress(RedisError, OSError):  # the next round shares again
+                await self._store.share_probes(found.model_dump_json(), routing.prober_lease_s)
+            return came_back
+        return await self._follow_prober()
+
+    async def _follow_prober(self) -> bool:
+        """Take what the prober found that is newer than what this process knows (a replica this process saw
+        refuse a connection stays down until a probe after that). Should nothing have been shared for a whole
+        lease (a prober between lease holders), probe for this process alone."""
+        try:
+            raw = await self._store.shared_probes()
+        except (RedisError, OSError):
+            raw = None
+        urls = self.config.replica_urls()
+        if raw is None:
+            oldest = min((self.replicas[url].checked_at for url in urls if url in self.replicas), default=0.0)
+            stale = time.time() - oldest > self._settings.routing.prober_lease_s
+            return await self.probe_all() if stale else False
+        before = self.healthy()
+        # Times from another machine: clocks kept within a fraction of a probe interval (NTP) are enough.
+        shared = SharedProbes.model_validate_json(raw).replicas
+        for url in urls:
+            found, known = shared.get(url), self.replicas.get(url)
+            if found is not None and (known is None or found.checked_at > known.checked_at):
+                self.replicas[url] = found
+        self._probed(urls)
+        return bool((self.healthy() & set(urls)) - before)
 
     async def _sync_replicas(self) -> None:
         new = [url for url in self.config.replica_urls() if url not in self.replicas]

@@ -11,6 +11,9 @@ Routing a question:
    question on a passage goes where that passage is already in the prefix cache; a replica whose queue
    (vLLM's own `num_requests_waiting`) is at the bound is passed over for the next choice, so a popular
    passage cannot sink one replica. The rest of the order is the failover order.
+
+In gateway mode the replicas are routers (vLLM's production-stack router, an inference gateway) that choose
+the GPU themselves: the service names the passage and the class in headers they key on (`gateway_headers`).
 """
 
 import hashlib
@@ -111,9 +114,17 @@ class Router:
         """The variant, and its replicas to try in order (empty when none is healthy)."""
         variant = variant_for(config, pupil_id)
         replicas = config.variants[variant].replicas
-        if self.routing == "round_robin":
+        if self.routing == "gateway":
+            preferred = replicas  # routers: the first that is up routes, the next is its stand-by
+        elif self.routing == "round_robin":
             turn = next(self._turns) % len(replicas)
             preferred = replicas[turn:] + replicas[:turn]
         else:
             preferred = rendezvous_order(passage_id, replicas)
         return variant, replica_order(preferred, healthy, waiting, self.max_waiting)
+
+
+def gateway_headers(session_header: str, fairness_header: str, passage_id: str, classroom_id: str) -> dict[str, str]:
+    """What a router in front of the GPUs keys on: the passage as the session (its questions hashed to one
+    replica, where its prefix is cached) and the class as the fairness id (classes take turns)."""
+    return {session_header: passage_id, fairness_header: classroom_id}

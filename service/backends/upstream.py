@@ -71,17 +71,18 @@ class Upstream:
             auto_decompress=False,
         )
 
-    async def open(self, base_url: str, body: bytes) -> aiohttp.ClientResponse:
-        """POST `body` to the replica's (chat) completions; the response once its headers are in."""
+    async def open(self, base_url: str, body: bytes, headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
+        """POST `body` to the replica's (chat) completions, with `headers` besides the session's; the response
+        once its headers are in."""
         url = base_url + self._path
         try:
             try:
-                response = await self._session.post(url, data=body)
+                response = await self._session.post(url, data=body, headers=headers)
             except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                 if isinstance(exc, aiohttp.ClientConnectorError):
                     raise
                 # A kept-alive connection the replica closed as we took it: once more, on a new one.
-                response = await self._session.post(url, data=body)
+                response = await self._session.post(url, data=body, headers=headers)
         except aiohttp.ConnectionTimeoutError as exc:
             raise ReplicaNotAnswering(str(exc) or "no connection within the connect timeout") from exc
         except aiohttp.ClientConnectorError as exc:

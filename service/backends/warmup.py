@@ -97,7 +97,11 @@ class Warmup:
             for url in self._fleet.plan_variant(variant, passage.id)[:1]:
                 try:
                     await self._fleet.client(url).chat.completions.create(
-                        model=self._model, messages=messages, max_tokens=1
+                        model=self._model,
+                        messages=messages,
+                        max_tokens=1,
+                        # Through a router: the passage's session, so it lands where the class's questions will.
+                        extra_headers=self._fleet.headers(passage.id, passage.classroom_id),
                     )
                 except APIError as exc:
                     log.warning("could not warm passage %s on %s: %s", passage.id, url, exc)

@@ -243,7 +243,9 @@ class Answering:
         tried: str | None = None
         for url in replicas:
             try:
-                upstream = await self._upstream.open(url, body)
+                upstream = await self._upstream.open(
+                    url, body, self._fleet.headers(record.passage_id, record.classroom_id)
+                )
             except ReplicaNotAnswering as exc:
                 # Its health is the prober's call, not one question's (this process may have been late to see
                 # the connection): try the next replica.

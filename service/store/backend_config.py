@@ -4,14 +4,21 @@ a passage, and which process re-warms for a change of the fleet or sends a repli
 import json
 from collections.abc import Callable
 
+from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from service.backends.routing import BackendConfig
-from service.store.base import StoreBase
+from service.store.base import StoreBase, text
 from service.store.keys import Keys
+from service.store.scripts import HOLD_LEASE, RELEASE_LEASE
 
 
 class BackendStore(StoreBase):
+    def __init__(self, redis: Redis) -> None:
+        super().__init__(redis)
+        self._hold_lease = redis.register_script(HOLD_LEASE)
+        self._release_lease = redis.register_script(RELEASE_LEASE)
+
     # The backends' configuration, shared by every service process
 
     async def backend_config(self) -> BackendConfig | None:
@@ -45,6 +52,27 @@ class BackendStore(StoreBase):
             return new
 
         return await self._watching([key], update)
+
+    # The one prober of the fleet, and what it found
+
+    async def hold_prober_lease(self, holder: str, seconds: float) -> str:
+        """Take or renew the prober's lease for `holder` (a process's id) if it is free or theirs: the holder."""
+        return text(await self._hold_lease(keys=[Keys.prober()], args=[holder, max(1, int(seconds * 1000))]))
+
+    async def release_prober_lease(self, holder: str) -> None:
+        await self._release_lease(keys=[Keys.prober()], args=[holder])
+
+    async def prober(self) -> str | None:
+        raw = await self.redis.get(Keys.prober())
+        return None if raw is None else text(raw)
+
+    async def share_probes(self, probes: str, seconds: float) -> None:
+        """The prober's last findings (JSON), kept `seconds`: stale findings vanish rather than mislead."""
+        await self.redis.set(Keys.probes(), probes, px=max(1, int(seconds * 1000)))
+
+    async def shared_probes(self) -> str | None:
+        raw = await self.redis.get(Keys.probes())
+        return None if raw is None else text(raw)
 
     # Warm-up's marks
 

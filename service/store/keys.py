@@ -38,6 +38,8 @@ Keys:
     passage:{id}:warmed                   replica URLs where the passage was last sent ahead of pupils
     warmup:fleet:{digest}                 set, briefly, by the process that re-warms for one state of the fleet
     warmup:burst:{digest}                 set, for one run of a replica: the process that set it sends its warm-up burst
+    fleet:prober                          the id of the one service process that probes the replicas, expiring (a lease)
+    fleet:probes                          SharedProbes: what its last round of probes found, for every process
     turns:{replica}:running               sorted set of the question ids running on a replica, by when their turn lapses
     turns:{replica}:classes               list of the classroom ids with questions waiting: whose turn is next
     turns:{replica}:waiting:{classroom}   list of one class's question ids waiting, first come first
@@ -185,6 +187,14 @@ class Keys:
     @staticmethod
     def backend_config() -> str:
         return "backends:config"
+
+    @staticmethod
+    def prober() -> str:
+        return "fleet:prober"
+
+    @staticmethod
+    def probes() -> str:
+        return "fleet:probes"
 
     @staticmethod
     def turns_running(replica: str) -> str:

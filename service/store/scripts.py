@@ -190,3 +190,23 @@ turn_grant(KEYS[1], KEYS[2], ARGV[2], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[
 return turn_place(KEYS[2], ARGV[2], ARGV[3], ARGV[1])
 """
 )
+
+# The prober's lease: held by `ARGV[1]` for `ARGV[2]` ms from now if it holds it or nobody does. Returns the
+# holder. KEYS: the lease.
+HOLD_LEASE = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+elseif not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  holder = ARGV[1]
+end
+return holder
+"""
+
+# The prober's lease given back by its holder (`ARGV[1]`) as its process stops, so another takes it at once.
+# KEYS: the lease.
+RELEASE_LEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
