@@ -25,7 +25,7 @@ from service.classroom.publishing import Passages
 from service.model_manifest import ModelManifest, read_manifest
 from service.settings import Settings
 from service.store import RateLimit, Store, connect, open_connections
-from service.telemetry.prometheus import Metrics, ReplicaHealthCollector
+from service.telemetry.prometheus import AnswersInFlight, Metrics, ReplicaHealthCollector
 from service.telemetry.scrape import Scrape
 
 
@@ -94,6 +94,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     classes = ClassCache(store, prompts)
     notices = ClassNotices(store, classes)
     answers = LiveAnswers(store)
+    registry.register(AnswersInFlight(answers))
     answering = Answering(
         store,
         prompts,

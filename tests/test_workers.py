@@ -4,13 +4,13 @@ stored question once (service/telemetry/scrape.py)."""
 
 import socket
 import time
-from contextlib import closing
+from contextlib import ExitStack, closing
 from pathlib import Path
 
 import httpx
 
 from service.settings import Settings
-from tests.conftest import isolated, service_process
+from tests.conftest import instant_fake_vllm, isolated, service_process
 from tests.helpers import (
     add_passage,
     ask_json,
@@ -65,3 +65,36 @@ def test_two_workers_answer_pupils_and_their_metrics_add_up_to_the_records(vllm_
                 q["usage"]["completion_tokens"] for q in records
             )
             assert samples[("classroom_time_to_first_token_seconds_count", "")] == len(records)
+
+
+def in_flight(text: str) -> float:
+    found = [line for line in text.splitlines() if line.startswith("classroom_answers_in_flight ")]
+    assert len(found) == 1, text
+    return float(found[0].split()[1])
+
+
+def test_answers_in_flight_add_up_over_the_workers_while_they_stream(settings: Settings) -> None:
+    """The autoscaler's metric: answers being written now, on every worker, whichever worker the scrape reaches."""
+    with instant_fake_vllm() as replica:
+        root = replica.removesuffix("/v1")
+        httpx.post(f"{root}/fake/config", json={"tpot_ms": 100, "answer_tokens": 40}, timeout=5).raise_for_status()
+        own = isolated(settings, backend=settings.backend.model_copy(update={"base_url": replica}))
+        with (
+            service_process(own, workers=2) as service,
+            closing(signed_in_teacher(own, service.url)) as teacher,
+        ):
+            classroom = create_classroom(teacher)
+            add_passage(teacher, classroom["id"], passage_text(60))
+            assert in_flight(httpx.get(f"{service.url}/metrics").text) == 0
+            pupils = [joined_pupil(service.url, classroom["join_code"], f"Pupil {n}") for n in range(6)]
+            url = f"/api/classrooms/{classroom['id']}/questions"
+            with ExitStack() as streams:
+                # Six answers of 4 s each, open at once on new connections: the workers take some each.
+                for pupil in pupils:
+                    response = streams.enter_context(pupil.stream("POST", url, json={"question": "Why?"}))
+                    next(response.iter_lines())  # the question is stored and its answer under way
+                counts = {in_flight(httpx.get(f"{service.url}/metrics").text) for _ in range(4)}
+                shares = [in_flight(worker_metrics(sock)) for sock in service.metrics_dir.glob("*.sock")]
+            assert counts == {6} and sum(shares) == 6 and len(shares) == 2
+            for pupil in pupils:
+                pupil.close()

@@ -206,6 +206,9 @@ class LiveAnswers:
         self._answers: dict[str, LiveAnswer] = {}
         self._listener: asyncio.Task[None] | None = None
 
+    def __len__(self) -> int:
+        return len(self._answers)
+
     def get(self, question_id: str) -> LiveAnswer | None:
         return self._answers.get(question_id)
 

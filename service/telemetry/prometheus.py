@@ -10,7 +10,7 @@ the stored records, from which the teacher's and operator's pages compute their 
 """
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from typing import Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -178,3 +178,17 @@ class ReplicaHealthCollector(Collector):
         for variant, replica, healthy in self._health.replica_health():
             up.add_metric([variant, replica], 1.0 if healthy else 0.0)
         yield up
+
+
+class AnswersInFlight(Collector):
+    """`classroom_answers_in_flight`: the answers this process writes now (streaming, or waiting for their turn),
+    counted at scrape time and added up over the workers like the counters: what a pod's autoscaler scales on
+    (deploy/k8s/service.yaml), since open streams, not CPU, are what a pod of this gateway carries."""
+
+    def __init__(self, answers: Sized) -> None:
+        self._answers = answers
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "classroom_answers_in_flight", "Answers this service process is writing now.", value=len(self._answers)
+        )
