@@ -2,15 +2,17 @@
 tools that own their formats (none needs a Docker engine or a cluster), and held to the service's flags
 and settings. Each validator is also shown a broken copy, which it must refuse."""
 
+import functools
 import importlib.util
+import ipaddress
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
+from service.api.health import PROBE_TIMEOUT_S
+from service.backends.routing import BackendConfig
 from service.local.vllm_server.flags import serve_env, serve_flags
 from service.local.vllm_server.venv import GPU_PACKAGES
 from service.model_manifest import read_manifest
@@ -31,11 +35,13 @@ K8S = DEPLOY / "k8s"
 SCRIPTS = DEPLOY / "scripts"
 PROFILES = ("original", "fp8")
 # The Kubernetes release the manifests are checked against; they use only GA APIs (apps/v1, batch/v1,
-# autoscaling/v2), served unchanged by every release since 1.23.
+# policy/v1, autoscaling/v2), served unchanged by every release since 1.23.
 KUBERNETES_VERSION = "1.33.0"
 # In a container vLLM listens on every interface, port 8000, and finds either variant's folder here.
 CONTAINER_BACKEND = BackendSettings(base_url="http://0.0.0.0:8000/v1")
 CONTAINER_MODEL_DIR = Path("/models/current")
+# The service's gauge of the answers a pod is streaming: what its autoscaler scales on.
+ANSWERS_IN_FLIGHT = "classroom_answers_in_flight"
 # vLLM's own metrics that the dashboard must show (shared/gpu/README.md lists them).
 VLLM_METRICS = (
     "vllm:prefix_cache_queries_total",
@@ -78,10 +84,6 @@ def broken_copy(tmp_path: Path, source: Path, old: str, new: str) -> Path:
     copy = tmp_path / f"broken-{source.name}"
     copy.write_text(text.replace(old, new, 1))
     return copy
-
-
-def yaml_docs(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
 # --- vLLM's arguments, from service/local/vllm_server/flags.py only ------------------------------------------------
@@ -182,66 +184,257 @@ def test_docker_compose_refuses_a_broken_file(tmp_path: Path, vllm_env_file: Pat
 
 # --- Kubernetes ----------------------------------------------------------------------------------------
 
+# The files deploy/scripts/k8s-apply.sh applies through kustomization.yaml; backends.yaml becomes a ConfigMap.
+K8S_DATA = {"kustomization.yaml", "backends.yaml"}
+VLLM_STATEFULSETS = tuple(f"vllm-{p}" for p in PROFILES)
 
-def k8s_objects() -> Iterator[tuple[Path, dict[str, Any]]]:
-    for path in sorted(K8S.glob("*.yaml")):
-        for doc in yaml_docs(path):
-            yield path, doc
+
+@functools.cache
+def written_vllm_env() -> str:
+    """vllm.env as deploy/scripts/vllm-env.sh writes it (once: it takes seconds)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "vllm.env"
+        done = run(str(SCRIPTS / "vllm-env.sh"), str(out), env=script_env())
+        assert done.returncode == 0, done.stderr
+        return out.read_text()
+
+
+def k8s_folder(tmp: Path, vllm_env: str | None = None) -> Path:
+    """deploy/k8s/ in a folder of its own as k8s-apply.sh leaves it: vllm.env written by vllm-env.sh (or given)."""
+    folder = tmp / "k8s"
+    shutil.copytree(K8S, folder, ignore=shutil.ignore_patterns("vllm.env"))
+    (folder / "vllm.env").write_text(written_vllm_env() if vllm_env is None else vllm_env)
+    return folder
+
+
+def kustomize(folder: Path) -> str:
+    """What `kubectl apply -k` would send: kustomize, built into kubectl, renders offline."""
+    built = run(tool("kubectl"), "kustomize", str(folder))
+    assert built.returncode == 0, built.stderr
+    return built.stdout
+
+
+@functools.cache
+def k8s_rendered() -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        return kustomize(k8s_folder(Path(tmp)))
+
+
+def k8s_objects(rendered: str | None = None) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(rendered or k8s_rendered()) if doc]
+
+
+def by_kind(kind: str, rendered: str | None = None) -> dict[str, dict[str, Any]]:
+    return {doc["metadata"]["name"]: doc for doc in k8s_objects(rendered) if doc["kind"] == kind}
+
+
+def generated(name: str, rendered: str | None = None) -> dict[str, Any]:
+    """The ConfigMap kustomize generated as `name`, named `name-<hash of its content>`."""
+    (config_map,) = [c for n, c in by_kind("ConfigMap", rendered).items() if re.fullmatch(rf"{name}-[a-z0-9]{{10}}", n)]
+    return config_map
+
+
+def pod_templates(rendered: str | None = None) -> dict[str, dict[str, Any]]:
+    workloads = by_kind("Deployment", rendered) | by_kind("StatefulSet", rendered)
+    return {name: w["spec"]["template"] for name, w in workloads.items()}
+
+
+def selects(selector: dict[str, str], workload: dict[str, Any]) -> bool:
+    labels: dict[str, str] = workload["spec"]["template"]["metadata"]["labels"]
+    return selector.items() <= labels.items()
+
+
+def service_container() -> dict[str, Any]:
+    containers: list[dict[str, Any]] = by_kind("Deployment")["classroom"]["spec"]["template"]["spec"]["containers"]
+    (container,) = containers
+    return container
 
 
 def test_kubernetes_manifests_pass_the_strict_openapi_schema(tmp_path: Path) -> None:
     validate = tool("kubernetes-validate")
-    files = [str(p) for p in sorted(K8S.glob("*.yaml"))]
-    passed = run(validate, "--strict", "-k", KUBERNETES_VERSION, *files)
+    # Every manifest file is applied: none left out of kustomization.yaml.
+    listed = yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
+    assert sorted(listed) == sorted(p.name for p in K8S.glob("*.yaml") if p.name not in K8S_DATA)
+    # What would be applied, rendered, passes.
+    rendered = tmp_path / "rendered.yaml"
+    rendered.write_text(k8s_rendered())
+    passed = run(validate, "--strict", "-k", KUBERNETES_VERSION, str(rendered))
     assert passed.returncode == 0, passed.stdout + passed.stderr
-    assert passed.stdout.count("passed for resource") == sum(1 for _ in k8s_objects())
+    assert passed.stdout.count("passed for resource") == len(k8s_objects())
 
+    folder = k8s_folder(tmp_path, vllm_env="VLLM_SERVE_ARGS=/models/current\n")
     broken = broken_copy(tmp_path, K8S / "service.yaml", "          image: classroom", "          imagee: classroom")
-    refused = run(validate, "--strict", "-k", KUBERNETES_VERSION, str(broken))
+    shutil.copy(broken, folder / "service.yaml")
+    rendered.write_text(kustomize(folder))
+    refused = run(validate, "--strict", "-k", KUBERNETES_VERSION, str(rendered))
     assert refused.returncode != 0 and "imagee" in refused.stdout + refused.stderr
 
 
-def by_kind(kind: str) -> dict[str, dict[str, Any]]:
-    return {doc["metadata"]["name"]: doc for _, doc in k8s_objects() if doc["kind"] == kind}
-
-
-def test_kubernetes_manifests_fit_together() -> None:
-    deployments, services = by_kind("Deployment"), by_kind("Service")
-    workloads = deployments | by_kind("StatefulSet")
+def test_kubernetes_manifests_fit_together(vllm_env_file: Path) -> None:
+    deployments, statefulsets, services = by_kind("Deployment"), by_kind("StatefulSet"), by_kind("Service")
+    workloads = deployments | statefulsets
     # Every Service finds pods of some workload.
     for name, svc in services.items():
-        selector = svc["spec"]["selector"].items()
-        matched = [w for w, d in workloads.items() if selector <= d["spec"]["template"]["metadata"]["labels"].items()]
-        assert matched, f"Service {name} selects no pods"
-    # One vLLM Deployment per variant, each on a GPU; identical but for the variant, so the same flags.
-    variants = {p: deployments[f"vllm-{p}"] for p in PROFILES}
-    for profile, deployment in variants.items():
-        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert [w for w in workloads.values() if selects(svc["spec"]["selector"], w)], f"Service {name} selects no pods"
+    # One vLLM StatefulSet per variant, each pod on a GPU; identical but for the variant, so the same flags,
+    # which come from vllm.env through the generated ConfigMap.
+    vllm_env = generated("vllm-env")
+    assert vllm_env["data"] == read_env_file(vllm_env_file)
+    variants = {p: statefulsets[f"vllm-{p}"] for p in PROFILES}
+    for profile, statefulset in variants.items():
+        (container,) = statefulset["spec"]["template"]["spec"]["containers"]
         assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
         assert container["image"] == "vllm/vllm-openai:v" + GPU_PACKAGES[0].removeprefix("vllm==")
-        assert container["envFrom"] == [{"configMapRef": {"name": "vllm-env"}}]
+        assert container["envFrom"] == [{"configMapRef": {"name": vllm_env["metadata"]["name"]}}]
         assert {m["mountPath"]: m.get("subPath") for m in container["volumeMounts"]}["/models/current"] == profile
-    original, fp8 = (json.dumps(v["spec"]["template"]).replace(p, "VARIANT") for p, v in variants.items())
+    # (fp8 scaled to 0 until wanted)
+    original, fp8 = (json.dumps(v["spec"] | {"replicas": 0}).replace(p, "VARIANT") for p, v in variants.items())
     assert original == fp8
-    assert "create configmap vllm-env --from-env-file" in (SCRIPTS / "k8s-apply.sh").read_text()
     # The service: probes on /healthz and /readyz, scaled by an autoscaler.
-    (app,) = deployments["classroom"]["spec"]["template"]["spec"]["containers"]
+    app = service_container()
     assert app["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert app["readinessProbe"]["httpGet"]["path"] == "/readyz"
     (hpa,) = by_kind("HorizontalPodAutoscaler").values()
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "classroom"}
     # Redis: a StatefulSet whose claimed volume holds the append-only file.
-    redis = by_kind("StatefulSet")["redis"]
+    redis = statefulsets["redis"]
     (claim,) = redis["spec"]["volumeClaimTemplates"]
     (container,) = redis["spec"]["template"]["spec"]["containers"]
     assert {"name": claim["metadata"]["name"], "mountPath": "/data"} in container["volumeMounts"]
     assert container["args"][container["args"].index("--appendonly") + 1] == "yes"
-    # Every claim a pod names exists.
-    claims = set(by_kind("PersistentVolumeClaim"))
-    for _, doc in k8s_objects():
-        for volume in doc.get("spec", {}).get("template", {}).get("spec", {}).get("volumes", []):
+    # Every claim and ConfigMap a pod names exists.
+    claims, config_maps = set(by_kind("PersistentVolumeClaim")), set(by_kind("ConfigMap"))
+    for template in pod_templates().values():
+        for volume in template["spec"].get("volumes", []):
             if "persistentVolumeClaim" in volume:
                 assert volume["persistentVolumeClaim"]["claimName"] in claims
+            if "configMap" in volume:
+                assert volume["configMap"]["name"] in config_maps
+
+
+def test_the_service_routes_to_each_vllm_pod_by_its_own_name() -> None:
+    statefulsets, services = by_kind("StatefulSet"), by_kind("Service")
+    expected: dict[str, list[str]] = {}
+    for name in VLLM_STATEFULSETS:
+        spec = statefulsets[name]["spec"]
+        # Its governing Service is headless and finds its pods: pod <name>-<ordinal> is <name>-<ordinal>.<service>.
+        headless = services[spec["serviceName"]]
+        assert headless["spec"]["clusterIP"] == "None" and selects(headless["spec"]["selector"], statefulsets[name])
+        # Named even while not ready: the service's own probes decide which replica gets questions.
+        assert headless["spec"]["publishNotReadyAddresses"] is True
+        assert spec["podManagementPolicy"] == "Parallel" and spec["updateStrategy"]["type"] == "RollingUpdate"
+        (port,) = [p["port"] for p in headless["spec"]["ports"] if p["name"] == "http"]
+        variant = spec["template"]["metadata"]["labels"]["classroom/variant"]
+        # As many pods as the original's, for every variant: fp8 is scaled up to them when wanted.
+        planned = statefulsets["vllm-original"]["spec"]["replicas"]
+        assert spec["replicas"] in (0, planned)
+        urls = [f"http://{name}-{i}.{spec['serviceName']}:{port}/v1" for i in range(planned)]
+        expected[variant] = urls
+    # The backends file names exactly those pods, and the service reads it from the generated ConfigMap.
+    backends = generated("classroom-backends")
+    config = BackendConfig.model_validate(yaml.safe_load(backends["data"]["backends.yaml"]))
+    assert {v: variant.replicas for v, variant in config.variants.items()} == expected
+    app = service_container()
+    env = {e["name"]: e.get("value") for e in app["env"]}
+    template = by_kind("Deployment")["classroom"]["spec"]["template"]
+    (volume,) = [v for v in template["spec"]["volumes"] if "configMap" in v]
+    assert volume["configMap"]["name"] == backends["metadata"]["name"]
+    (mount,) = [m for m in app["volumeMounts"] if m["name"] == volume["name"]]
+    assert env["CLASSROOM_ROUTING__BACKENDS_FILE"] == f"{mount['mountPath']}/backends.yaml"
+    # Not through the variants' ClusterIP Services: the fallback URL is not set, no URL names one.
+    assert "CLASSROOM_BACKEND__BASE_URL" not in env
+    assert not re.search(r"//vllm-(original|fp8):", json.dumps(template))
+
+
+def test_updates_and_evictions_keep_classes_answered() -> None:
+    deployment = by_kind("Deployment")["classroom"]
+    # A new service pod is ready before an old one stops; the autoscaler, not an apply, sets the count.
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    assert "replicas" not in deployment["spec"]
+    # One PodDisruptionBudget for each vLLM variant and for the service, letting one pod go at a time.
+    workloads = by_kind("Deployment") | by_kind("StatefulSet")
+    guarded: dict[str, list[str]] = {}
+    for name, pdb in by_kind("PodDisruptionBudget").items():
+        assert pdb["spec"].get("maxUnavailable") == 1 or pdb["spec"].get("minAvailable") == 1
+        for workload, doc in workloads.items():
+            if selects(pdb["spec"]["selector"]["matchLabels"], doc):
+                guarded.setdefault(workload, []).append(name)
+    assert {w: len(p) for w, p in guarded.items()} == dict.fromkeys(["classroom", *VLLM_STATEFULSETS], 1)
+    # Readiness: a Redis blip of under 10 s takes no service pod out of rotation, and a probe outwaits the
+    # service's own wait for Redis; liveness does not ask Redis at all.
+    app = service_container()
+    ready = app["readinessProbe"]
+    assert (ready["failureThreshold"] - 1) * ready.get("periodSeconds", 10) >= 10
+    assert ready["timeoutSeconds"] > PROBE_TIMEOUT_S
+    assert app["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_the_service_runs_as_production_with_the_operator_token_from_a_secret() -> None:
+    env = {e["name"]: e for e in service_container()["env"]}
+    assert env["CLASSROOM_ENVIRONMENT"]["value"] == "production"
+    assert env["CLASSROOM_AUTH__SECURE_COOKIES"]["value"] == "true"
+    secret = env["CLASSROOM_AUTH__OPERATOR_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert secret == {"name": "classroom-operator", "key": "token"}
+    # No token in git: the Secret is made by the script, once, with a random value.
+    assert "Secret" not in {doc["kind"] for doc in k8s_objects()}
+    script = (SCRIPTS / "k8s-apply.sh").read_text()
+    assert "get secret classroom-operator" in script
+    assert "create secret generic classroom-operator" in script and "--from-literal=token=" in script
+    # Trusted proxies: address ranges, never "*" (which believes any client's X-Forwarded-For).
+    proxies = env["CLASSROOM_API__FORWARDED_ALLOW_IPS"]["value"]
+    assert "*" not in proxies and [ipaddress.ip_network(p.strip()) for p in proxies.split(",")]
+
+
+def test_the_autoscaler_scales_on_the_answers_in_flight(tmp_path: Path) -> None:
+    (hpa,) = by_kind("HorizontalPodAutoscaler").values()
+    external = [m["external"] for m in hpa["spec"]["metrics"] if m["type"] == "External"]
+    assert [(m["metric"]["name"], m["target"]["type"]) for m in external] == [(ANSWERS_IN_FLIGHT, "AverageValue")]
+    # prometheus-adapter serves it from Prometheus, keyed by namespace, which the scrape config gives each series.
+    (rule,) = yaml.safe_load((DEPLOY / "prometheus" / "adapter.yaml").read_text())["externalRules"]
+    assert ANSWERS_IN_FLIGHT in rule["seriesQuery"] and rule["resources"]["overrides"] == {
+        "namespace": {"resource": "namespace"}
+    }
+    matchers = 'namespace="classroom"'
+    exprs = [rule["seriesQuery"], rule["metricsQuery"].replace("<<.Series>>", ANSWERS_IN_FLIGHT)]
+    exprs = [e.replace("<<.LabelMatchers>>", matchers).replace("<<.GroupBy>>", "namespace") for e in exprs]
+    parsed = run(tool("promtool"), "check", "rules", str(promql_rules(exprs, tmp_path / "adapter.yml")))
+    assert parsed.returncode == 0, parsed.stdout + parsed.stderr
+    scrape = yaml.safe_load((DEPLOY / "prometheus" / "kubernetes.yml").read_text())["scrape_configs"]
+    (job,) = [j for j in scrape if j["job_name"] == "classroom"]
+    (relabel,) = [r for r in job["relabel_configs"] if r["target_label"] == "namespace"]
+    assert relabel.get("replacement", "$1") == "$1"
+    for name in job["dns_sd_configs"][0]["names"]:
+        found = re.fullmatch(relabel["regex"], name)
+        assert found is not None and found[1] == "classroom"
+
+
+def test_an_apply_that_changes_nothing_restarts_nothing(tmp_path: Path) -> None:
+    # k8s-apply.sh restarts nothing itself, and writes vllm.env where kustomize reads it, outside git.
+    script = (SCRIPTS / "k8s-apply.sh").read_text()
+    assert "rollout restart" not in script and 'apply -k "$k8s"' in script
+    assert 'vllm-env.sh" "$k8s/vllm.env"' in script and "k8s=$ROOT/deploy/k8s" in script
+    assert run("git", "check-ignore", "-q", str(K8S / "vllm.env")).returncode == 0
+    # The same files render the same objects again: no pod template changes, so no pod restarts.
+    assert kustomize(k8s_folder(tmp_path / "again")) == k8s_rendered()
+    env_text = written_vllm_env()
+    before = pod_templates()
+    # A changed flag renames vllm-env: the vLLM pods roll, and only they.
+    changed = kustomize(k8s_folder(tmp_path / "flag", vllm_env=env_text + "VLLM_LOGGING_LEVEL=DEBUG\n"))
+    after = pod_templates(changed)
+    assert {n for n in before if before[n] != after[n]} == set(VLLM_STATEFULSETS)
+    for name in VLLM_STATEFULSETS:
+        (container,) = after[name]["spec"]["containers"]
+        assert container["envFrom"] == [{"configMapRef": {"name": generated("vllm-env", changed)["metadata"]["name"]}}]
+    # A changed backends file rolls the service's pods only.
+    folder = k8s_folder(tmp_path / "backends", vllm_env=env_text)
+    (folder / "backends.yaml").write_text(
+        (folder / "backends.yaml").read_text().replace("active: original", "active: fp8")
+    )
+    after = pod_templates(kustomize(folder))
+    assert {n for n in before if before[n] != after[n]} == {"classroom"}
 
 
 # --- Prometheus and Grafana ----------------------------------------------------------------------------
@@ -319,13 +512,18 @@ def setting_exists(variable: str) -> bool:
     return leaf in model.model_fields
 
 
+def env_value(variable: dict[str, Any]) -> str:
+    """A container variable's value; one the cluster fills (a Secret's) stands for a value set there."""
+    return variable["value"] if "value" in variable else f"set in the cluster: {json.dumps(variable['valueFrom'])}"
+
+
 def deploy_settings() -> dict[str, str]:
     """Every CLASSROOM_* variable the deploy files give the service, with its value."""
     found: dict[str, str] = {}
     found |= yaml.safe_load(COMPOSE.read_text())["services"]["app"]["environment"]
-    for _, doc in k8s_objects():
+    for doc in k8s_objects():
         for container in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
-            found |= {e["name"]: e["value"] for e in container.get("env", []) if e["name"].startswith("CLASSROOM_")}
+            found |= {e["name"]: env_value(e) for e in container.get("env", []) if e["name"].startswith("CLASSROOM_")}
     for command in dockerfile.parse_file(str(DEPLOY / "Dockerfile")):
         if command.cmd == "ENV":
             pairs = dict(zip(command.value[::2], command.value[1::2], strict=True))
