@@ -30,7 +30,7 @@ from starlette.applications import Starlette
 
 from service.app import create_app
 from service.local.model.prepare import prepare_model
-from service.local.processes import ManagedProcess, free_port
+from service.local.processes import ManagedProcess, answers_ok, free_port
 from service.local.redis_server import start_redis
 from service.local.vllm_server.flags import detect_device
 from service.local.vllm_server.server import start_vllm
@@ -319,24 +319,26 @@ def service_process(
 
 
 @contextmanager
+def running_server(name: str, argv: list[str], port: int, health: str = "/health") -> Iterator[str]:
+    """A server of ours (argv) in a process of its own, listening on `port`: its root URL once `health` answers 200;
+    stopped on leaving."""
+    process = ManagedProcess(name, argv, STATE / "logs" / f"{name.replace(' ', '-')}-{port}.log")
+    process.start()
+    root = f"http://127.0.0.1:{port}"
+    try:
+        process.wait_until(lambda: answers_ok(f"{root}{health}"), 60)
+        yield root
+    finally:
+        process.stop()
+
+
+@contextmanager
 def instant_fake_vllm() -> Iterator[str]:
     """loadtest.fake_vllm: vLLM's stream, answered at once (no real vLLM is that fast); its base URL."""
     port = free_port()
     argv = [sys.executable, "-m", "loadtest.fake_vllm", "--port", str(port)]
-    process = ManagedProcess("the instant fake vLLM", argv, STATE / "logs" / f"fake-vllm-{port}.log")
-    process.start()
-
-    def ready() -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        process.wait_until(ready, 30)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.stop()
+    with running_server("fake-vllm", argv, port) as root:
+        yield f"{root}/v1"
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@ import json
 import random
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -246,6 +247,19 @@ def requests_asking_for(vllm_metrics: dict[str, list[tuple[dict[str, str], float
     for labels, value in vllm_metrics["vllm:request_params_max_tokens_bucket"]:
         below[float(labels["le"])] = below.get(float(labels["le"]), 0.0) + value
     return below[float(high)] - below.get(float(low), 0.0)
+
+
+def pupils_questions(vllm_metrics: dict[str, list[tuple[dict[str, str], float]]]) -> float:
+    """Requests a replica finished with a pupil's max_tokens (48 in the tests: above warm-ups and bursts)."""
+    return requests_asking_for(vllm_metrics, 20, 50)
+
+
+def eventually(check: Callable[[], bool], timeout_s: float, what: str = "the condition held") -> None:
+    """Wait until `check()` is true, polling every 0.1 s; fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.1)
 
 
 def warmup_burst_requests(vllm_metrics: dict[str, list[tuple[dict[str, str], float]]]) -> float:

@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from service.app import create_app
-from service.local.processes import ManagedProcess, free_port
+from service.local.processes import free_port
 from service.settings import RoutingSettings, Settings
-from tests.conftest import STATE, ServerThread, Vllm, isolated
+from tests.conftest import ServerThread, Vllm, isolated, running_server
 from tests.helpers import (
     add_passage,
     ask_streaming,
@@ -23,7 +23,7 @@ from tests.helpers import (
     joined_pupil,
     operator_headers,
     passage_text,
-    requests_asking_for,
+    pupils_questions,
     routed_questions,
     signed_in_teacher,
     wait_until_warmed,
@@ -41,25 +41,8 @@ def vllm_router(workers: list[str]) -> Iterator[str]:
         *("--host", "127.0.0.1", "--port", str(port), "--prometheus-port", str(free_port())),
         *("--policy", "consistent_hash", "--worker-urls", *workers),
     ]
-    process = ManagedProcess("vLLM's router", argv, STATE / "logs" / f"vllm-router-{port}.log")
-    process.start()
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        process.wait_until(up, 60)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.stop()
-
-
-def pupils_questions(replica: Vllm) -> float:
-    """Requests the replica finished with a pupil's max_tokens (48 in the tests: above warm-ups and bursts)."""
-    return requests_asking_for(replica.metrics(), 20, 50)
+    with running_server("vllm-router", argv, port) as root:
+        yield f"{root}/v1"
 
 
 @pytest.mark.slow  # a second vLLM (~35 s to start here)
@@ -80,11 +63,11 @@ def test_through_vllms_router_each_passage_is_answered_by_one_replica(
                 classroom = create_classroom(teacher, f"Class {len(homes)}")
                 add_passage(teacher, classroom["id"], passage_text(150, seed=len(homes)))
                 wait_until_warmed(operator, classroom["id"])  # the warm-up too goes by the passage's session
-                before = [pupils_questions(r) for r in replicas]
+                before = [pupils_questions(r.metrics()) for r in replicas]
                 with closing(joined_pupil(service.url, classroom["join_code"], "Ada")) as pupil:
                     for question in ("Who is it about?", "Why did it happen?", "What came next?"):
                         assert ask_streaming(pupil, classroom["id"], question).done is not None
-                answered = [pupils_questions(r) - b for r, b in zip(replicas, before, strict=True)]
+                answered = [pupils_questions(r.metrics()) - b for r, b in zip(replicas, before, strict=True)]
                 # One replica answered the whole class: its passage was prefilled there alone.
                 assert sorted(answered) == [0, 3], answered
                 homes.append(answered.index(3))

@@ -4,7 +4,6 @@ and the others read what it found; when it is killed, another takes over."""
 import os
 import signal
 import time
-from collections.abc import Callable
 from contextlib import ExitStack
 
 import httpx
@@ -14,6 +13,7 @@ from service.settings import Settings
 from service.store import Keys
 from service.store.base import text
 from tests.conftest import RunningService, instant_fake_vllm, isolated, service_process
+from tests.helpers import eventually
 
 INTERVAL_S = 0.5
 LEASE_S = 1.5
@@ -36,13 +36,6 @@ def prober_pid(client: redis.Redis) -> int | None:
     """The process holding the prober's lease (the id names host, pid and a random part)."""
     holder = client.get(Keys.prober())
     return None if holder is None else int(text(holder).split(":")[1])
-
-
-def eventually(check: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "not within the time"
-        time.sleep(0.1)
 
 
 def ready(service: RunningService) -> int:

@@ -23,7 +23,7 @@ from tests.helpers import (
     joined_pupil,
     operator_headers,
     passage_text,
-    requests_asking_for,
+    pupils_questions,
     routed_questions,
     signed_in_teacher,
     wait_until_warmed,
@@ -32,11 +32,6 @@ from tests.helpers import (
 BACKENDS = PROJECT_ROOT / "deploy" / "k8s" / "backends.yaml"
 # Runs the rest of its command line with /etc/hosts replaced by the file it is given, for that process alone.
 WITH_HOSTS = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'mount --bind "$0" /etc/hosts && exec "$@"']
-
-
-def pupils_questions(replica: Vllm) -> float:
-    """Requests the replica finished with a pupil's max_tokens (48 in the tests: above warm-ups and bursts)."""
-    return requests_asking_for(replica.metrics(), 20, 50)
 
 
 @pytest.mark.slow  # a second vLLM (~35 s to start here)
@@ -79,11 +74,11 @@ def test_two_vllm_replicas_by_their_pod_names_route_warm_take_turns_and_report_h
             classes[home] = classroom
             # Warmed on its pod alone, and asked through both service processes, answered there alone.
             assert wait_until_warmed(operator, classroom["id"]) == [urls[home]]
-            before = [pupils_questions(r) for r in replicas]
+            before = [pupils_questions(r.metrics()) for r in replicas]
             for n, service in enumerate(services):
                 with closing(joined_pupil(service.url, classroom["join_code"], f"Pupil {n}")) as pupil:
                     assert ask_streaming(pupil, classroom["id"], f"Question {n}?").done is not None
-            answered = [pupils_questions(r) - b for r, b in zip(replicas, before, strict=True)]
+            answered = [pupils_questions(r.metrics()) - b for r, b in zip(replicas, before, strict=True)]
             assert answered[home] == 2 and answered[1 - home] == 0, answered
             assert {q["replica"] for q in routed_questions(operator, classroom["id"])} == {urls[home]}
         assert len(classes) == 2, "every passage hashed to one pod"
