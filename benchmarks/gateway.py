@@ -45,6 +45,7 @@ import aiohttp
 import httpx
 import orjson
 import redis as redis_client
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.gateway_client import Answer, ask_direct, ask_service
 from benchmarks.gateway_parts import (
@@ -210,10 +211,31 @@ async def relay(
     return out
 
 
+async def loop_lag(service: str) -> dict[str, float]:
+    """The service's `classroom_event_loop_lag_seconds` buckets (cumulative, by upper bound), all workers'."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        text = (await client.get(f"{service}/metrics")).text
+    return {
+        sample.labels["le"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "classroom_event_loop_lag_seconds"
+        for sample in family.samples
+        if sample.name.endswith("_bucket")
+    }
+
+
+def lag_over(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Of the loop's timers due between two readings, how many fired later than each bound."""
+    due = after.get("+Inf", 0.0) - before.get("+Inf", 0.0)
+    return {le: due - (after[le] - before.get(le, 0.0)) for le in after if le != "+Inf"} | {"timers": due}
+
+
 async def burst(asker: Asker, classroom: Classroom, meter: Meter) -> list[dict[str, Any]]:
-    """The whole class presses "ask" at once; the figure is when the last of them sees a first token."""
+    """The whole class presses "ask" at once; the figure is when the last of them sees a first token, and how
+    late the service's event loop ran its timers meanwhile."""
     bursts = []
     for _ in range(2):
+        lag_before = await loop_lag(asker.service)
         meter.start()
         began = time.perf_counter()
         answers = await asyncio.gather(*(asker.through(classroom, p) for p in range(len(classroom.cookies))))
@@ -221,6 +243,7 @@ async def burst(asker: Asker, classroom: Classroom, meter: Meter) -> list[dict[s
         firsts = [a.first for a in answers if a.first is not None]
         row = summary(answers, seconds) | {"cpu_s": meter.stop()}
         row["last_first_token_ms"] = (max(firsts) - began) * 1000 if len(firsts) == len(answers) else None
+        row["loop_late"] = lag_over(lag_before, await loop_lag(asker.service))
         bursts.append(row)
     return bursts
 

@@ -12,6 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from service.api.handlers import install_error_handlers
+from service.api.question_lane import QuestionLane
 from service.api.router import api_router
 from service.api.security import SecurityMiddleware
 from service.services import open_services
@@ -38,6 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
 
     app = FastAPI(title="classroom-assistant", lifespan=lifespan)
+    app.add_middleware(QuestionLane)  # inside the security checks: what they refuse never gets here
     app.add_middleware(SecurityMiddleware, allowed_origins=settings.auth.allowed_origins)
     install_error_handlers(app)
     app.include_router(api_router)

@@ -25,6 +25,7 @@ from service.classroom.publishing import Passages
 from service.model_manifest import ModelManifest, read_manifest
 from service.settings import Settings
 from service.store import RateLimit, Store, connect, open_connections
+from service.telemetry.loop_lag import LoopLag
 from service.telemetry.prometheus import AnswersInFlight, Metrics, ReplicaHealthCollector
 from service.telemetry.scrape import Scrape
 
@@ -95,6 +96,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     notices = ClassNotices(store, classes)
     answers = LiveAnswers(store)
     registry.register(AnswersInFlight(answers))
+    loop_lag = LoopLag(metrics.loop_lag, settings.api.loop_lag_interval_s)
     answering = Answering(
         store,
         prompts,
@@ -120,6 +122,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         await abandoned.start()
         await notices.start()
         await answers.start()
+        await loop_lag.start()
         yield Services(
             settings=settings,
             redis=redis,
@@ -142,6 +145,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             served_name=model,
         )
     finally:
+        await loop_lag.close()
         await notices.close()
         # Answers still being written (no pupil's connection kept the server waiting for them) end first,
         # stored cut short with their text, while Redis and the backends' connections are still open.

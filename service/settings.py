@@ -41,6 +41,9 @@ class ApiSettings(BaseModel):
     # pod range. "*" believes anyone, which lets any client claim any address: never where clients reach
     # the service directly.
     forwarded_allow_ips: str = "127.0.0.1"
+    # How often each process times its event loop's lag (classroom_event_loop_lag_seconds): often enough to
+    # see a burst's, a wake-up costing microseconds.
+    loop_lag_interval_s: float = Field(default=0.05, gt=0)
 
     def resolved_workers(self, cores: int) -> int:
         return self.workers or max(1, min(4, cores // 4))

@@ -52,6 +52,18 @@
 #                                               tarball in $OUT (~7 min; python -m loadtest.service_path reads it)
 #   classroom loadtest compare .../h200-2026-12-03-decision/{original,fp8}-*-r2.json.gz --gpu-price 3.50 ...
 #
+# A class's burst after the service's own levers (issue 25; results in loadtest/results/h200-2026-12-06-burst/):
+# after `bash loadtest/gpu/stage.sh` here and its pieces sent (recv.sh each, then setup.sh), two more:
+#   bash loadtest/gpu/h200.sh burst-prepare  the 1.5B stand-in served twice at once: port 8000 with
+#                                            --api-server-count 4 (0.4 of the GPU), the service's backend;
+#                                            port 8003 with one API server (0.2), the seed's way (~3 min)
+#   bash loadtest/gpu/h200.sh burst-runs     Redis and the service (4 workers, token ids, turns as default) in
+#                                            front of 8000, then ROUNDS rounds, each alternating: a class's burst
+#                                            and 4 classes' straight to 8003 unprimed (the seed's way), straight
+#                                            to 8000 primed, and through the service; the service's /metrics
+#                                            (its loop lag) after; one tarball in $OUT (~8 min;
+#                                            python -m loadtest.service_path reads it)
+#
 # The real small model and its FP8 copy (issue 22; results in loadtest/results/h200-real-smollm2/): after
 # `bash loadtest/gpu/stage.sh` here and its pieces sent as ../shared/gpu/README.md says (recv.sh each, then
 # setup.sh), two more:
@@ -66,7 +78,7 @@ source /tmp/gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH CLASSROOM_MODEL__DIR=/tmp/models/original
 M=/tmp/models
 R=${OUT:-/tmp/out}/gpu-h200
-case $1 in real-*) R=${OUT:-/tmp/out}/h200-real-smollm2 ;; decision-*) R=${OUT:-/tmp/out}/h200-2026-12-03-decision ;; service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
+case $1 in burst-*) R=${OUT:-/tmp/out}/h200-2026-12-06-burst ;; real-*) R=${OUT:-/tmp/out}/h200-real-smollm2 ;; decision-*) R=${OUT:-/tmp/out}/h200-2026-12-03-decision ;; service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
 mkdir -p "$R"
 
 # The service's settings on the GPU machine: answers of 128 tokens, no rate limit in the way of a burst.
@@ -104,7 +116,49 @@ serve_small() {  # TAG PORT FOLDER: vLLM serves the real small model under its o
     --gpu-memory-utilization 0.4
 }
 
-case ${1:?real-prepare, real-runs, prepare, agreement, rollout, decision-prepare, decision-runs, decision-seed, service-prepare, service-runs, service-levers or service-agreement} in
+case ${1:?burst-prepare, burst-runs, real-prepare, real-runs, prepare, agreement, rollout, decision-prepare, decision-runs, decision-seed, service-prepare, service-runs, service-levers or service-agreement} in
+burst-prepare)
+  began=$(date +%s)
+  python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
+  bash /tmp/gpu/serve.sh a4 8000 $M/original --enable-prefix-caching --gpu-memory-utilization 0.4 --api-server-count 4 &
+  sleep 20  # the first to claim its share of the GPU's memory before the second measures what is free
+  bash /tmp/gpu/serve.sh a1 8003 $M/original --enable-prefix-caching --gpu-memory-utilization 0.2
+  wait
+  echo "burst-prepare took $(( $(date +%s) - began )) s"
+  ;;
+burst-runs)
+  began=$(date +%s)
+  start_redis
+  start_service 8091 8000 2 CLASSROOM_BACKEND__PROMPT_FORMAT=token_ids
+  burst=(--workload classroom --pupils 30 --passage-tokens 1000 --trickle 0 --profile throughput --output-tokens 128
+    --ttft-target-ms 250 --warmup 2 --settle-s 1.5 --requests 120)
+  one() {  # NAME CLASSES LOADTEST_ARGS...: one run, its TTFT line echoed
+    local out=$R/$1-$2-r$round
+    python3 -m loadtest run "${burst[@]}" --classes "$2" --variant "$1" "${@:3}" --out "$out.json" > "$out.md" 2>&1 \
+      || { echo "$out FAILED"; tail -5 "$out.md"; return 0; }
+    echo "${out##*/}: $(grep -E "^\| TTFT \|" "$out.md" | head -1)"
+  }
+  for round in $(seq 0 "${ROUNDS:-6}"); do
+    [ $(( $(date +%s) - began )) -gt "${BUDGET_S:-450}" ] && { echo "time budget reached before round $round"; break; }
+    for c in 1 4; do
+      one seed-1api "$c" --target vllm --url http://127.0.0.1:8003/v1 --no-prime
+      one primed-4api "$c" --target vllm --url http://127.0.0.1:8000/v1
+      # The service's own settings (its Redis, for the teacher loadtest signs in as), in a subshell.
+      # shellcheck disable=SC2046  # service_env's words are the variables to set
+      (export $(service_env 8091 8000 2) && one service-4api-tok "$c" --target service --url http://127.0.0.1:8091 \
+        --metrics-url http://127.0.0.1:8000/v1)
+    done
+  done
+  python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:8091/metrics').read().decode())" > "$R/service-metrics.txt"
+  grep -E "^classroom_event_loop_lag_seconds_(bucket|count|sum)" "$R/service-metrics.txt" || true
+  # How evenly the bursts spread over the workers (one shared socket): each worker's CPU time.
+  # shellcheck disable=SC2009  # the whole line of each process, its CPU seconds beside it
+  ps -eo pid,ppid,cputimes,args | grep -E "[s]ervice.local.cli|[m]ultiprocessing.spawn" | tee "$R/service-workers-cpu.txt"
+  cp "$GPU_LOGS/service-8091.log" "$R/"
+  for t in a1 a4; do gzip -c "$GPU_LOGS/server-$t.log" > "$R/server-$t.log.gz"; done
+  tar czf "${OUT:-/tmp/out}/burst.tgz" -C "${R%/*}" "${R##*/}" && rm -rf "$R"
+  echo "burst-runs took $(( $(date +%s) - began )) s"
+  ;;
 real-prepare)
   began=$(date +%s)
   # The converter runs in "vLLM's environment": here the device's python3 with /tmp/site (gguf, accelerate).

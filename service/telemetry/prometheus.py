@@ -24,6 +24,8 @@ M = TypeVar("M", bound=MetricWrapperBase)
 OTHER = "other"
 LATENCY_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 TOKEN_GAP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# A loop late by a millisecond is busy; by a tenth of a second, a page's stream stutters and probes time out.
+LOOP_LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class ClassroomLabels:
@@ -121,6 +123,13 @@ class Metrics:
             registry=registry,
         )
 
+        self.loop_lag = Histogram(
+            "classroom_event_loop_lag_seconds",
+            "How late a service process's event loop ran a timer that was due: what anything arriving then "
+            "(a question, a probe's reply) waited before it began.",
+            buckets=LOOP_LAG_BUCKETS,
+            registry=registry,
+        )
         self.warmup_burst = Histogram(
             "classroom_warmup_burst_seconds",
             "Warm-up bursts sent to a replica that came up, by how long they took to be answered: a fresh "
