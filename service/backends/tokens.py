@@ -6,6 +6,7 @@ token count here equals vLLM's `usage.prompt_tokens`.
 """
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -15,6 +16,16 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 ChatMessage = Mapping[str, object]
+
+# Where a text splits into words whose token counts add up to the text's: before a single space between two
+# other characters. A byte-level pre-tokenizer (Qwen's, GPT-2's) cuts there too: that space begins the next
+# word's piece (or is one of its own), never ends the one before.
+WORD_STARTS = re.compile(r"(?<=\S)(?= \S)")
+# Words whose counts a process keeps (a class asks in the same few thousand; ~100 bytes each).
+WORDS_KEPT = 50_000
+# A text with more unseen words than this is counted whole (as fast as counting them one by one), and this
+# many of them learned, so that a process's first questions, or a pupil typing nonsense, cost no more.
+WORDS_LEARNED = 8
 
 
 def _raise_exception(message: str) -> NoReturn:
@@ -48,6 +59,11 @@ class ModelTokenizer:
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
         self._template = env.from_string(chat_template)
+        described = json.loads(tokenizer.to_str())
+        self._words_add_up = "ByteLevel" in json.dumps(described.get("pre_tokenizer")) and not any(
+            re.search(r"\s", t.content) for t in tokenizer.get_added_tokens_decoder().values()
+        )
+        self._word_tokens: dict[str, int] = {}
 
     @classmethod
     def from_model_dir(cls, model_dir: Path) -> "ModelTokenizer":
@@ -62,6 +78,31 @@ class ModelTokenizer:
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+    def count_words(self, text: str) -> int:
+        """`count` of a short text (a question), added up from its words' counts, each word counted once and
+        remembered: counting a whole question cost more CPU than anything else about it
+        (benchmarks/results/gateway.md), and pupils ask in the same words. Exact (tests/test_token_counts.py)."""
+        if not self._words_add_up:
+            return self.count(text)
+        words = WORD_STARTS.split(text)
+        known = self._word_tokens
+        unseen = [word for word in words if word not in known]
+        if len(unseen) > WORDS_LEARNED:
+            self._learn(unseen[:WORDS_LEARNED])
+            return self.count(text)
+        self._learn(unseen)
+        return sum(known[word] for word in words)
+
+    @property
+    def words_known(self) -> int:
+        return len(self._word_tokens)
+
+    def _learn(self, words: list[str]) -> None:
+        if len(self._word_tokens) + len(words) > WORDS_KEPT:
+            self._word_tokens.clear()
+        for word in words:
+            self._word_tokens[word] = self.count(word)
 
     def count_long(self, text: str) -> int:
         """`count` for a text of any length, in a worker thread: `encode_batch` lets go of the GIL while it

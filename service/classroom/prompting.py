@@ -251,6 +251,6 @@ class Prompts:
         # being counted (most do), and counting costs more than anything else about a question.
         if len(question.encode()) <= self.question_max_tokens:
             return
-        tokens = self.tokenizer.count(question)
+        tokens = self.tokenizer.count_words(question)
         if tokens > self.question_max_tokens:
             raise QuestionTooLong(tokens, self.question_max_tokens)
