@@ -74,6 +74,9 @@ def _cell(form: str, unit: str, measurements: list[dict[str, Any]], figure: Figu
     values = list(zip(*(figure(m) for m in measurements), strict=True))
     parts = []
     for series in values:
+        if all(v != v for v in series):  # not measured (NaN) in any run: an older run's file
+            parts.append("–")
+            continue
         mid = median(list(series))
         spread = f" [{form.format(min(series))}–{form.format(max(series))}]" if len(series) > 1 else ""
         parts.append(form.format(mid) + spread)
