@@ -17,7 +17,7 @@ from starlette.types import Message, Receive, Scope, Send
 from service.api import question_lane
 from service.api.bodies import JSON_BODY_MAX_BYTES
 from service.api.handlers import install_error_handlers
-from service.api.question_lane import QuestionLane
+from service.api.question_lane import LANE_MAX_BYTES, QuestionLane
 from service.api.schemas import AskQuestion
 from service.errors import WrongClassroom
 from service.services import Services
@@ -118,7 +118,8 @@ def test_a_well_formed_question_goes_to_the_routes_function_with_its_cookie_clas
         ([b'{"question": 1}'], {}),
         ([b'{"question": "Why?"}'], {"content-type": "text/plain"}),
         ([b'{"question": "Why?"}'], {"content-length": ""}),  # sent in pieces: the route counts them
-        ([b'{"question": "Why?"}'], {"content-length": str(JSON_BODY_MAX_BYTES + 1)}),
+        ([b'{"question": "Why?"}'], {"content-length": str(LANE_MAX_BYTES + 1)}),
+        ([b'{"question": "Why?", "more": "' + b"x" * LANE_MAX_BYTES + b'"}'], {}),  # valid, but parsed by the route
     ],
 )
 def test_any_other_question_goes_on_to_the_route_with_its_body_as_it_came(
@@ -132,7 +133,7 @@ def test_any_other_question_goes_on_to_the_route_with_its_body_as_it_came(
 
 def test_a_body_larger_than_any_question_goes_on_to_the_route_whole(app: FastAPI, asked: list[Call]) -> None:
     route = Route()
-    chunks = [b'{"question": "' + b"a" * (JSON_BODY_MAX_BYTES // 2), b"a" * JSON_BODY_MAX_BYTES, b'"}']
+    chunks = [b'{"question": "' + b"a" * (LANE_MAX_BYTES // 2), b"a" * JSON_BODY_MAX_BYTES, b'"}']
     assert request(QuestionLane(route), app, chunks, headers={"content-length": "12"})[0] == 299
     assert route.bodies == [b"".join(chunks)]
     assert asked == []

@@ -1,8 +1,8 @@
 """The way a pupil's question takes into the service: straight to the route's own function.
 
 A class's burst is thirty questions at once on one event loop, and each paid FastAPI's route matching, its
-dependency solving and its request handling before the first byte went to vLLM (about a fifth of a
-question's CPU: benchmarks/results/gateway.md). This middleware takes `POST /api/classrooms/{id}/questions`
+dependency solving and its request handling before the first byte went to vLLM (a third of a
+question's CPU: benchmarks/results/gateway-issue25.md). This middleware takes `POST /api/classrooms/{id}/questions`
 with a JSON body that is a valid `AskQuestion` to `pupil.answer_question` directly, and answers what that
 raises with the app's own exception handlers, as FastAPI would. Any other such request (a body that is not
 JSON, not valid, or too large) goes on to the FastAPI route, the body handed on as it came, so that every
@@ -18,12 +18,14 @@ from starlette.requests import Request, cookie_parser
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.bodies import JSON_BODY_MAX_BYTES
 from service.api.deps import PUPIL_COOKIE
 from service.api.pupil import answer_question
 from service.api.schemas import AskQuestion
 
 PREFIX, SUFFIX = "/api/classrooms/", "/questions"
+# A question's body is a few hundred bytes (`limits.question_max_chars`); a larger one goes to the route
+# unread, so that no body of up to JSON_BODY_MAX_BYTES is parsed here and then again there.
+LANE_MAX_BYTES = 64 * 1024
 Handler = Callable[[Request, Exception], Awaitable[Response]]
 
 
@@ -41,10 +43,10 @@ class QuestionLane:
         if _media_type(headers.get(b"content-type", b"")) != b"application/json" or not length.isdigit():
             await self.app(scope, receive, send)  # not JSON, or sent in pieces: the route says what is wrong
             return
-        if int(length) > JSON_BODY_MAX_BYTES:
-            await self.app(scope, receive, send)  # refused before it is read (bodies.py)
+        if int(length) > LANE_MAX_BYTES:
+            await self.app(scope, receive, send)  # the route reads it, or refuses it unread (bodies.py)
             return
-        read, whole = await _read(receive, JSON_BODY_MAX_BYTES)
+        read, whole = await _read(receive, LANE_MAX_BYTES)
         question = _question(b"".join(m.get("body", b"") for m in read)) if whole else None
         if question is None:
             await self.app(scope, _replay(read, receive), send)

@@ -81,8 +81,8 @@ class ModelTokenizer:
 
     def count_words(self, text: str) -> int:
         """`count` of a short text (a question), added up from its words' counts, each word counted once and
-        remembered: counting a whole question cost more CPU than anything else about it
-        (benchmarks/results/gateway.md), and pupils ask in the same words. Exact (tests/test_token_counts.py)."""
+        remembered: counting a whole question cost more CPU than anything else about it (benchmarks/results/
+        gateway-issue25.md), and pupils ask in the same words. Exact (tests/test_token_counts.py)."""
         if not self._words_add_up:
             return self.count(text)
         words = WORD_STARTS.split(text)
