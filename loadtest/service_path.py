@@ -28,8 +28,9 @@ THROUGH_SERVICE = re.compile(r"^service-(?P<server>\d+api)")
 app = typer.Typer(add_completion=False)
 
 
-def _figures_of(folder: Path, skip: set[int]) -> dict[tuple[str, int, int], Figures]:
-    found = {}
+def _figures_of(folder: Path, skip: set[int]) -> tuple[dict[tuple[str, int, int], Figures], set[str]]:
+    """Each run's figures, and the GPUs the runs name (an H100 or an H200 may come for one call)."""
+    found, gpus = {}, set()
     for path in sorted(folder.glob("*.json*")):
         m = NAME.match(path.name)
         if not m or int(m["round"]) in skip:
@@ -38,7 +39,8 @@ def _figures_of(folder: Path, skip: set[int]) -> dict[tuple[str, int, int], Figu
         found[(m["variant"], int(m["classes"]), int(m["round"]))] = figures(
             run.benchmarks[0], run.config.ttft_target_ms
         )
-    return found
+        gpus.add(run.environment.gpu or "a GPU not named")
+    return found, gpus
 
 
 def _row(values: list[float]) -> dict[str, float] | None:
@@ -72,7 +74,7 @@ OVERHEADS = [
 ]
 
 
-def summarise(found: dict[tuple[str, int, int], Figures]) -> dict[str, Any]:
+def summarise(found: dict[tuple[str, int, int], Figures], gpus: set[str] | None = None) -> dict[str, Any]:
     variants = sorted({v for v, _, _ in found})
     shapes = sorted({c for _, c, _ in found})
     rounds = sorted({r for _, _, r in found})
@@ -100,7 +102,7 @@ def summarise(found: dict[tuple[str, int, int], Figures]) -> dict[str, Any]:
                             paired[key].append(a / b - 1 if relative else a - b)
             cell |= {k: _row(v) for k, v in paired.items()}
             table[f"{classes}|{variant}"] = cell
-    return {"rounds": rounds, "table": table}
+    return {"rounds": rounds, "gpus": sorted(gpus or ()), "table": table}
 
 
 def _cell(c: dict[str, float] | None, pct: bool = False, signed: bool = False) -> str:
@@ -114,7 +116,9 @@ def _cell(c: dict[str, float] | None, pct: bool = False, signed: bool = False) -
 
 def markdown(summary: dict[str, Any]) -> str:
     lines = [
-        "# A class's burst on the H200: straight to vLLM and through the service",
+        "# A class's burst on the GPU: straight to vLLM and through the service",
+        "",
+        f"GPU: {' and '.join(summary.get('gpus') or ['not recorded'])}.",
         "",
         f"Rounds {', '.join(map(str, summary['rounds']))}; each cell the median over rounds [range]. ms unless said.",
         "`seed-1api`: plain chat straight to vLLM, nothing primed (one API server, the seed's way); "
@@ -151,7 +155,7 @@ def main(
     folder: Annotated[Path, typer.Argument(help="the runs' folder")],
     skip_round: Annotated[list[int] | None, typer.Option(help="rounds left out (default: 0)")] = None,
 ) -> None:
-    summary = summarise(_figures_of(folder, set(skip_round if skip_round is not None else [0])))
+    summary = summarise(*_figures_of(folder, set(skip_round if skip_round is not None else [0])))
     (folder / "service-path.json").write_text(json.dumps(summary, indent=1) + "\n")
     text = markdown(summary)
     (folder / "service-path.md").write_text(text)

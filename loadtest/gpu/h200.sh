@@ -52,11 +52,13 @@
 #                                               tarball in $OUT (~7 min; python -m loadtest.service_path reads it)
 #   classroom loadtest compare .../h200-2026-12-03-decision/{original,fp8}-*-r2.json.gz --gpu-price 3.50 ...
 #
-# A class's burst after the service's own levers (issue 25; results in loadtest/results/h200-2026-12-06-burst/):
+# A class's burst after the service's own levers (issue 25; results in loadtest/results/h100-2026-12-06-burst/, the
+# card the run got; the folder is named after it):
 # after `bash loadtest/gpu/stage.sh` here and its pieces sent (recv.sh each, then setup.sh), two more:
 #   bash loadtest/gpu/h200.sh burst-prepare  the 1.5B stand-in served twice at once: port 8000 with
 #                                            --api-server-count 4 (0.4 of the GPU), the service's backend;
-#                                            port 8003 with one API server (0.2), the seed's way (~3 min)
+#                                            port 8003 with one API server (0.3: 0.2 left an H100 no room for
+#                                            its cache), the seed's way (~3 min)
 #   bash loadtest/gpu/h200.sh burst-runs     Redis and the service (4 workers, token ids, turns as default) in
 #                                            front of 8000, then ROUNDS rounds, each alternating: a class's burst
 #                                            and 4 classes' straight to 8003 unprimed (the seed's way), straight
@@ -78,7 +80,8 @@ source /tmp/gpu/env.sh
 export PYTHONPATH=$PWD:$PYTHONPATH CLASSROOM_MODEL__DIR=/tmp/models/original
 M=/tmp/models
 R=${OUT:-/tmp/out}/gpu-h200
-case $1 in burst-*) R=${OUT:-/tmp/out}/h200-2026-12-06-burst ;; real-*) R=${OUT:-/tmp/out}/h200-real-smollm2 ;; decision-*) R=${OUT:-/tmp/out}/h200-2026-12-03-decision ;; service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'h100|h200' | tr '[:upper:]' '[:lower:]' || true)
+case $1 in burst-*) R=${OUT:-/tmp/out}/${card:-gpu}-2026-12-06-burst ;; real-*) R=${OUT:-/tmp/out}/h200-real-smollm2 ;; decision-*) R=${OUT:-/tmp/out}/h200-2026-12-03-decision ;; service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
 mkdir -p "$R"
 
 # The service's settings on the GPU machine: answers of 128 tokens, no rate limit in the way of a burst.
@@ -122,7 +125,7 @@ burst-prepare)
   python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
   bash /tmp/gpu/serve.sh a4 8000 $M/original --enable-prefix-caching --gpu-memory-utilization 0.4 --api-server-count 4 &
   sleep 20  # the first to claim its share of the GPU's memory before the second measures what is free
-  bash /tmp/gpu/serve.sh a1 8003 $M/original --enable-prefix-caching --gpu-memory-utilization 0.2
+  bash /tmp/gpu/serve.sh a1 8003 $M/original --enable-prefix-caching --gpu-memory-utilization 0.3
   wait
   echo "burst-prepare took $(( $(date +%s) - began )) s"
   ;;
@@ -285,7 +288,7 @@ decision-runs)
   ;;
 decision-seed)
   R=${OUT:-/tmp/out}/h200-2026-12-03-decision-seed; mkdir -p "$R"; began=$(date +%s)
-  bash /tmp/gpu/serve.sh a1 8003 $M/original --enable-prefix-caching --gpu-memory-utilization 0.2 | grep -E "READY|KV cache"
+  bash /tmp/gpu/serve.sh a1 8003 $M/original --enable-prefix-caching --gpu-memory-utilization 0.3 | grep -E "READY|KV cache"
   burst=(--workload classroom --pupils 30 --passage-tokens 1000 --trickle 0 --profile throughput --output-tokens 128
     --ttft-target-ms 250 --warmup 2 --settle-s 1.5 --requests 120)
   for round in $(seq 0 "${ROUNDS:-7}"); do
