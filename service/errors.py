@@ -85,6 +85,20 @@ class BackendUnavailable(ServiceError):
         )
 
 
+class StoreFull(ServiceError):
+    """Redis reached its memory bound (maxmemory, noeviction): it refuses writes rather than drop anything, so
+    nothing was taken and nothing stored before is lost."""
+
+    status_code = 507
+    code = "store_full"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The service's store is full, so it could not save this. Nothing saved before is lost. Please tell "
+            "the school's administrator: older questions can be archived to make room."
+        )
+
+
 class StoreUnavailable(ServiceError):
     """Redis, where every class, passage, question and session is kept, did not answer within the client's
     retries: nothing was taken, and nothing stored before is lost (it is on Redis' disk)."""

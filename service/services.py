@@ -16,17 +16,19 @@ from service.backends.warmup import Warmup
 from service.classroom.abandoned import AbandonedAnswers
 from service.classroom.accounts import Accounts
 from service.classroom.answering import Answering
+from service.classroom.archive import QuestionArchive
 from service.classroom.class_cache import ClassCache
 from service.classroom.document_worker import DocumentReader
 from service.classroom.live import LiveAnswers
 from service.classroom.notices import ClassNotices
 from service.classroom.prompting import Prompts
 from service.classroom.publishing import Passages
+from service.classroom.retention import Retention
 from service.model_manifest import ModelManifest, read_manifest
 from service.settings import Settings
 from service.store import RateLimit, Store, connect, open_connections
 from service.telemetry.loop_lag import LoopLag
-from service.telemetry.prometheus import AnswersInFlight, Metrics, ReplicaHealthCollector
+from service.telemetry.prometheus import AnswersInFlight, Metrics, ReplicaHealthCollector, Subscribers
 from service.telemetry.scrape import Scrape
 
 
@@ -44,6 +46,7 @@ class Services:
     scrape: Scrape
     answering: Answering
     notices: ClassNotices
+    archive: QuestionArchive
     model: ModelManifest | None
     served_name: str  # what vLLM serves the model under, and every request names
 
@@ -91,11 +94,15 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     if routing.policy == "gateway":
         turn_settings = turn_settings.model_copy(update={"max_in_flight_per_replica": 0})
     turns = Turns(store, turn_settings, longest_answer_s=settings.answer.longest_s)
-    abandoned = AbandonedAnswers(store, settings.answer.longest_s)
+    abandoned = AbandonedAnswers(store, settings.answer.writer_lease_s)
+    school = settings.school
+    archive = QuestionArchive(school.archive_dir or settings.state_dir / "archive")
+    retention = Retention(store, archive, retention_days=school.retention_days, every_s=school.retention_check_s)
     classes = ClassCache(store, prompts)
     notices = ClassNotices(store, classes)
-    answers = LiveAnswers(store)
+    answers = LiveAnswers(store, settings.answer.writer_lease_s)
     registry.register(AnswersInFlight(answers))
+    registry.register(Subscribers(store.subscriptions))
     loop_lag = LoopLag(metrics.loop_lag, settings.api.loop_lag_interval_s)
     answering = Answering(
         store,
@@ -110,6 +117,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         sampling=settings.answer.sampling(),
         rate=RateLimit(most=settings.limits.questions_per_minute),
         longest_answer_s=math.ceil(settings.answer.longest_s),
+        lease_s=settings.answer.writer_lease_s,
         answers=answers,
         progress_s=settings.answer.progress_s,
         stop_wait_s=settings.answer.stop_wait_s,
@@ -120,6 +128,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         await scrape.start()
         await turns.start()
         await abandoned.start()
+        await retention.start()
         await notices.start()
         await answers.start()
         await loop_lag.start()
@@ -141,6 +150,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             scrape=scrape,
             answering=answering,
             notices=notices,
+            archive=archive,
             model=read_manifest(settings.model.dir),
             served_name=model,
         )
@@ -151,9 +161,11 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         # stored cut short with their text, while Redis and the backends' connections are still open.
         await answers.close()
         await abandoned.close()
+        await retention.close()
         await turns.close()
         await scrape.close()
         await warmup.close()
         await upstream.close()
         await fleet.close()
+        await store.subscriptions.close()
         await redis.aclose()

@@ -51,11 +51,14 @@ class ApiSettings(BaseModel):
 
 class RedisSettings(BaseModel):
     url: str = "redis://127.0.0.1:6390/0"
-    # Connections of one service process; a command waits for a free one. Each teacher's live page holds
-    # one for as long as it is open; a question borrows one for a round trip.
-    max_connections: int = 500
+    # Connections of one service process; a command waits for a free one. A question borrows one for a round
+    # trip; open pages hold none (every channel the process listens to shares one: `store.Subscriptions`).
+    max_connections: int = 64
     # Opened at start, so that a class's first burst does not pay for them (~0.7 ms of CPU each).
     warm_connections: int = 32
+    # The Redis `classroom up` starts: the most memory it may take (maxmemory; 0: unbounded). At the bound it
+    # refuses writes (noeviction: nothing stored is ever dropped) and the service says its store is full.
+    maxmemory_mb: int = Field(default=1024, ge=0)
 
     @property
     def port(self) -> int:
@@ -176,9 +179,13 @@ class AnswerSettings(BaseModel):
     # While a question waits for its first token (and all along), an SSE comment this often keeps
     # proxies with idle timeouts (nginx's proxy_read_timeout, load balancers) from cutting the stream.
     keepalive_s: float = 10.0
-    # A pupil may ask again only when their answer has ended; should a process die mid-answer, this
-    # long at most. 256 tokens take ~20 s on a CPU with 0.5b, ~2 s on a GPU.
+    # The longest an answer may take (a Stop's note to its writer lasts this long; a question's turn on a
+    # replica lapses after it). 256 tokens take ~20 s on a CPU with 0.5b, ~2 s on a GPU.
     longest_s: float = 180.0
+    # A pupil may ask again only when their answer has ended. Its writer's process renews the answer's lease
+    # every third of this: should the process die mid-answer, the pupil may ask again within this, and the
+    # answer is stored cut short within a third more. Longer than any stall of a process's event loop.
+    writer_lease_s: int = Field(default=6, ge=2)
     # An answer is written to its end whatever the pupil's connection does; its text so far is stored in its
     # record this often (one Redis command), so that a page that comes back to another service process
     # follows it from there, and the pupil's history shows it.
@@ -255,6 +262,15 @@ class SchoolSettings(BaseModel):
     # The school's clock, an IANA time zone name ("Europe/London", "America/Chicago"): the questions' export
     # gives each time in it, beside UTC. Checked at start-up: a misspelt zone stops the service, not an export.
     time_zone: str = "Europe/London"
+    # How long questions stay in the store (Redis) after they were asked: a school year by default. Older
+    # ones are archived to files the teacher can download (`archive.csv`) and taken out of Redis, whose memory
+    # is then bounded by what the district asks within this many days (benchmarks/results/retention.md).
+    retention_days: int = Field(default=365, ge=1)
+    # How often one service process looks for questions past retention.
+    retention_check_s: float = Field(default=3600.0, gt=0)
+    # Where archived questions are kept, reachable by every service process (a shared volume in a
+    # district); None: `archive` under the state folder.
+    archive_dir: Path | None = None
 
     @field_validator("time_zone")
     @classmethod

@@ -183,9 +183,10 @@ def stored_questions(teacher: httpx.Client, classroom_id: str, **filters: str) -
     return questions
 
 
-def exported_rows(teacher: httpx.Client, classroom_id: str) -> list[dict[str, str]]:
-    """The questions' CSV as a spreadsheet reads it: Excel's byte-order mark dropped, one dict per row."""
-    response = teacher.get(f"/api/classrooms/{classroom_id}/questions.csv")
+def exported_rows(teacher: httpx.Client, classroom_id: str, file: str = "questions.csv") -> list[dict[str, str]]:
+    """The questions' CSV (or the archived ones', `archive.csv`) as a spreadsheet reads it: Excel's byte-order
+    mark dropped, one dict per row."""
+    response = teacher.get(f"/api/classrooms/{classroom_id}/{file}")
     assert response.status_code == 200, response.text
     return list(csv.DictReader(io.StringIO(response.content.decode("utf-8-sig"))))
 

@@ -40,6 +40,7 @@ from tests.helpers import (
     ask_json,
     create_classroom,
     error_of,
+    eventually,
     joined_pupil,
     passage_text,
     signed_in_teacher,
@@ -50,8 +51,12 @@ NAMES = ("Ada", "Ben", "Cy")
 # Answers still streaming when the fault comes, just after each has begun (within half a second): three at
 # once on the tiny stand-in share 3-50 tokens a second on this project's 2 shared cores, 2 s each at least.
 ANSWER = AnswerSettings(max_tokens=32)
-# How long a killed answer holds its pupil's "one answer at a time" lock here (settings.answer.longest_s).
+# The longest an answer may take here (settings.answer.longest_s).
 LONGEST_S = 8
+# How long a killed answer's lease (its pupil's "one answer at a time" claim) outlives its last renewal here
+# (settings.answer.writer_lease_s): renewed every third of it, it lasts two thirds of it after a SIGKILL at
+# least, long enough here for the new process to start and see it held.
+LEASE_S = 9
 
 
 class RestartableRedis:
@@ -85,7 +90,7 @@ class ServiceProcess:
     signal and start again on the same port, so that the pupils' and teachers' clients, cookies and all,
     talk to the new process as a browser would."""
 
-    def __init__(self, settings: Settings, longest_s: float | None = None) -> None:
+    def __init__(self, settings: Settings, longest_s: float | None = None, lease_s: int | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = STATE / "logs" / f"service-restarts-{self.port}.log"
@@ -96,6 +101,7 @@ class ServiceProcess:
             "CLASSROOM_STATE_DIR": str(settings.state_dir),
             "CLASSROOM_ANSWER__MAX_TOKENS": str(settings.answer.max_tokens),
             "CLASSROOM_ANSWER__LONGEST_S": str(longest_s or settings.answer.longest_s),
+            "CLASSROOM_ANSWER__WRITER_LEASE_S": str(lease_s or settings.answer.writer_lease_s),
             "CLASSROOM_LIMITS__QUESTIONS_PER_MINUTE": str(settings.limits.questions_per_minute),
             "CLASSROOM_API__PORT": str(self.port),
         }
@@ -134,8 +140,10 @@ def own_redis() -> Iterator[RestartableRedis]:
 
 
 @contextmanager
-def running_service(settings: Settings, longest_s: float | None = None) -> Iterator[ServiceProcess]:
-    service = ServiceProcess(settings, longest_s)
+def running_service(
+    settings: Settings, longest_s: float | None = None, lease_s: int | None = None
+) -> Iterator[ServiceProcess]:
+    service = ServiceProcess(settings, longest_s, lease_s)
     service.start()
     try:
         yield service
@@ -454,10 +462,11 @@ class Restart:
     exit_s: float
     school: Class
     asked_again: dict[str, httpx.Response]  # each pupil asking as soon as the new process is up
-    asked_again_s: float  # seconds after the answers began that they did
-    # With `wait=True`: each pupil asking again once LONGEST_S has passed since their first answer began,
-    # and the class's records then.
+    asked_again_s: float  # seconds after the process exited that they did
+    # With `wait=True`: each pupil asking again and again until their question is taken, and the seconds after
+    # the process exited that it was asked; the class's records once the killed answers are stored.
     asked_later: dict[str, httpx.Response] = field(default_factory=dict)
+    free_after_s: dict[str, float] = field(default_factory=dict)
     records_later: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -465,26 +474,48 @@ class Restart:
 def restarted(settings: Settings, sig: signal.Signals, *, wait: bool) -> Iterator[Restart]:
     with own_redis() as redis:
         own = settings.model_copy(update={"redis": RedisSettings(url=redis.url), "answer": ANSWER})
-        with running_service(own, longest_s=LONGEST_S) as service, a_class(own, service.url) as school:
+        with (
+            running_service(own, longest_s=LONGEST_S, lease_s=LEASE_S) as service,
+            a_class(own, service.url) as school,
+        ):
             before = snapshot(school)
             askers = [Asking(pupil, name, school.id, 1) for name, pupil in school.pupils.items()]
-            began = time.monotonic()  # each question is admitted before this
             for asker in askers:
                 asker.start()
             all_streaming(askers)
-            streaming = time.monotonic()  # and each was admitted before this
             exit_s = service.signal(sig)
+            exited = time.monotonic()
             join_all(askers)
             report(f"new service process ready after {sig.name} (s)", round(service.start(), 1))
             after = snapshot(school)
+            asked_again_s = time.monotonic() - exited
             asked_again = each_asks(school, "the new process")
             streams = [asker.streams[0] for asker in askers]
-            restart = Restart(before, after, streams, exit_s, school, asked_again, time.monotonic() - began)
+            restart = Restart(before, after, streams, exit_s, school, asked_again, asked_again_s)
             if wait:
-                time.sleep(max(0.0, streaming + LONGEST_S + 1 - time.monotonic()))
-                restart.asked_later = each_asks(school, "a while later")
-                restart.records_later = {q["id"]: q for q in stored_questions(school.teacher, school.id, limit="1000")}
+                with ThreadPoolExecutor(len(school.pupils)) as pool:
+                    tries = {n: pool.submit(ask_until_taken, p, school.id, n, exited) for n, p in school.pupils.items()}
+                    for name, found in tries.items():
+                        restart.asked_later[name], restart.free_after_s[name] = found.result()
+                killed_ids = {s.question_id for s in streams if s.question_id}
+
+                def records() -> dict[str, dict[str, Any]]:
+                    return {q["id"]: q for q in stored_questions(school.teacher, school.id, limit="1000")}
+
+                eventually(lambda: all(records()[i]["status"] != "answering" for i in killed_ids), LEASE_S, "swept")
+                restart.records_later = records()
             yield restart
+
+
+def ask_until_taken(pupil: httpx.Client, classroom_id: str, name: str, since: float) -> tuple[httpx.Response, float]:
+    """The pupil asks every 0.2 s while told an answer of theirs is still being written; the answer to the question
+    that was taken, and how long after `since` it was asked."""
+    while True:
+        asked = time.monotonic() - since
+        response = ask_json(pupil, classroom_id, f"{name} asks: a while later?")
+        if response.status_code != 409:
+            return response, asked
+        time.sleep(0.2)
 
 
 @pytest.mark.slow  # a Redis and a service process of its own, killed and started again
@@ -527,15 +558,18 @@ def test_a_service_process_killed_while_answers_stream_loses_no_question_and_the
         assert s.done is None and s.error is None and s.broken is not None, s
     assert_nothing_lost_or_doubled(killed.before, killed.after, killed.streams)
     assert_sessions_work(killed.school)
-    # The one-answer-at-a-time lock of a killed answer outlives its process: the pupil is told to wait...
-    assert killed.asked_again_s < LONGEST_S, "the new process took longer to start than the lock lasts"
+    # The one-answer-at-a-time claim of a killed answer outlives its process by its lease: the pupil is told
+    # to wait (two thirds of a lease at least, renewed every third)...
+    assert killed.asked_again_s < LEASE_S * 2 / 3, "the new process took longer to start than the lease lasts"
     for name, response in killed.asked_again.items():
         assert response.status_code == 409, (name, response.text)
         assert error_of(response)["code"] == "answer_in_progress"
-    # ...until settings.answer.longest_s after the question was admitted, then may ask again.
+    # ...until the lease lapses, no process renewing it: then their question is taken.
     for name, response in killed.asked_later.items():
         assert response.status_code == 200 and response.json()["status"] == "answered", (name, response.text)
-    report("pupil may ask again after a SIGKILL mid-answer", f"after answer.longest_s ({LONGEST_S} s here)")
+    free_after = max(killed.free_after_s.values())
+    report(f"pupil may ask again after a SIGKILL mid-answer (s; lease {LEASE_S} s here)", round(free_after, 1))
+    assert LEASE_S * 2 / 3 - 0.5 < free_after < LEASE_S + 1, killed.free_after_s
 
 
 @pytest.mark.slow  # a Redis and a service process of its own, killed and started again
@@ -569,7 +603,7 @@ async def _abandoned_answers_rules(redis_url: str) -> None:
             assert (await store.admit_question(token, record, version, RateLimit(most=10), 60)).outcome == "ok"
             asked.append(record)
         ada, ben, cy = asked
-        sweeper = AbandonedAnswers(store, longest_answer_s=60)
+        sweeper = AbandonedAnswers(store, lease_s=60)
         now = time.time()
         # Within the longest an answer may take, nothing is abandoned.
         assert await sweeper.sweep(now) == 0

@@ -31,7 +31,7 @@ async def _question(store: Store, classroom_id: str, age: timedelta) -> None:
         question="Why?",
         asked_at=utcnow() - age,
     )
-    admitted = await store.admit_question(token, record, state.version, RateLimit(most=10), longest_answer_s=60)
+    admitted = await store.admit_question(token, record, state.version, RateLimit(most=10), lease_s=60)
     assert admitted.outcome == "ok"
 
 

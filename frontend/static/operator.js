@@ -109,7 +109,10 @@ async function refresh() {
   if (!backends.ok || !stats.ok || !status.ok) return ($("backend-error").textContent = await errorMessage(backends.ok ? stats : backends));
   $("backend-error").textContent = "";
   showBackends(await backends.json());
-  $("model").textContent = `Model: ${(await status.json()).model}`;
+  const st = await status.json();
+  const mb = (bytes) => `${(bytes / 2 ** 20).toFixed(0)} MB`;
+  const bound = st.store.max_bytes ? `of ${mb(st.store.max_bytes)} (${st.store.policy})` : "(no bound set)";
+  $("model").textContent = `Model: ${st.model}. Store: ${mb(st.store.used_bytes)} used ${bound}.`;
   const s = await stats.json();
   const o = s.overall;
   const questions = `${o.questions} question${o.questions === 1 ? "" : "s"}`;

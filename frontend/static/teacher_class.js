@@ -272,8 +272,16 @@ $("older").addEventListener("click", async () => {
 // Live: each question arrives when asked and again when answered; replace it in place.
 function listen() {
   const source = new EventSource(`${base}/events`);
-  source.addEventListener("open", () => ($("live-state").textContent = "New questions appear here as pupils ask them."));
-  source.addEventListener("error", () => ($("live-state").textContent = "Reconnecting to the live updates…"));
+  let lost = false; // what was asked while the page was cut off came to no one: read the list again
+  source.addEventListener("open", () => {
+    $("live-state").textContent = "New questions appear here as pupils ask them.";
+    if (lost) loadQuestions();
+    lost = false;
+  });
+  source.addEventListener("error", () => {
+    lost = true;
+    $("live-state").textContent = "Reconnecting to the live updates…";
+  });
   source.addEventListener("question", (event) => {
     const q = JSON.parse(event.data);
     if (q.status !== "answering") {

@@ -12,12 +12,13 @@ try:
 except ImportError:  # FastAPI before 0.13x (vLLM's pin on the GPU machine) flattens included routers
     iter_route_contexts = iter  # type: ignore[assignment]
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError as RedisOutOfMemoryError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.bodies import BodyTooLarge
 from service.api.deps import SignInFirst
-from service.errors import ServiceError, StoreUnavailable
+from service.errors import ServiceError, StoreFull, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,13 @@ async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:
     return await _service_error(request, StoreUnavailable())
 
 
+async def _store_full(request: Request, exc: Exception) -> JSONResponse:
+    # Redis refuses a write at its memory bound (maxmemory with noeviction); a Lua script is refused at its
+    # first write, so none of its writes happened.
+    log.error("Redis is full (maxmemory): a write was refused: %s", exc)
+    return await _service_error(request, StoreFull())
+
+
 async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=exc)
     return error_response(500, "internal_error", "Something went wrong on our side. Please try again.")
@@ -122,4 +130,5 @@ def install_error_handlers(app: FastAPI) -> None:
     # After the client's own retries (service/store/connection.py): Redis down or restarting for longer than they last.
     app.add_exception_handler(RedisConnectionError, _store_unavailable)
     app.add_exception_handler(RedisTimeoutError, _store_unavailable)
+    app.add_exception_handler(RedisOutOfMemoryError, _store_full)
     app.add_exception_handler(Exception, _unexpected)

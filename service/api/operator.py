@@ -17,9 +17,10 @@ from service.api.schemas import JSON_BODY, STORE, WRITE, errors
 from service.backends.fleet import Fleet
 from service.backends.routing import BackendConfig, Canary, Variant
 from service.backends.vllm_metrics import VllmFigures
-from service.classroom import figures
+from service.classroom import aggregates, figures
 from service.errors import InvalidInput
 from service.records import QuestionRecord
+from service.store import MemoryUsage
 
 # Without the operator's token, every route here answers 403.
 router = APIRouter(prefix="/api/operator", tags=["operator"], route_class=ApiRoute, responses=errors(403, *STORE))
@@ -30,6 +31,7 @@ Window = Annotated[int, Query(ge=60, le=24 * 3600, description="seconds back fro
 class Status(BaseModel):
     served_model_name: str
     model: str
+    store: MemoryUsage = Field(description="Redis' memory: what the state takes, and its bound")
 
 
 class ReplicaOut(BaseModel):
@@ -108,7 +110,7 @@ async def _change(fleet: Fleet, change: Callable[[BackendConfig], BackendConfig]
 @router.get("/status")
 async def status(_: OperatorAuth, services: ServicesDep) -> Status:
     model = services.model.describe() if services.model else "unknown (no classroom-model.json)"
-    return Status(served_model_name=services.served_name, model=model)
+    return Status(served_model_name=services.served_name, model=model, store=await services.store.memory_usage())
 
 
 @router.get("/backends")
@@ -160,19 +162,19 @@ async def delete_variant(name: str, _: OperatorAuth, services: ServicesDep) -> B
 @router.get("/stats", responses=errors(422))
 async def operator_stats(_: OperatorAuth, services: ServicesDep, window_s: Window = 3600) -> StatsOut:
     """Questions, errors, time to first token and cache hit ratio per variant, replica and classroom (each
-    class with its join code and teacher), and per minute."""
-    until = time.time()
-    since = until - window_s
+    class with its join code and teacher), and per minute: from the tallies each question adds to as its final
+    record is stored (service/store/stats.py), never the records, so a question still being answered counts once
+    it ends; the window's first minute counts whole."""
     store = services.store
-    records = await store.questions_between(since, until)
-    classrooms = await store.classrooms({r.classroom_id for r in records})
+    found = aggregates.window_figures(await store.stats_window(time.time() - window_s))
+    classrooms = await store.classrooms(found.by_classroom)
     teachers = await store.teachers(c.teacher_id for c in classrooms.values())
     return StatsOut(
         window_s=window_s,
-        overall=figures.figures(records),
-        by_variant=figures.breakdown(records, lambda r: r.variant or "none"),
-        by_replica=figures.breakdown(records, lambda r: r.replica or "none"),
-        by_classroom=figures.breakdown(records, lambda r: r.classroom_id),
+        overall=found.overall,
+        by_variant=found.by_variant,
+        by_replica=found.by_replica,
+        by_classroom=found.by_classroom,
         classrooms={
             c.id: ClassroomLabel(
                 name=c.name,
@@ -181,10 +183,7 @@ async def operator_stats(_: OperatorAuth, services: ServicesDep, window_s: Windo
             )
             for c in classrooms.values()
         },
-        series={
-            variant: figures.series([r for r in records if (r.variant or "none") == variant], since, until, 60)
-            for variant in sorted({r.variant or "none" for r in records})
-        },
+        series=found.series,
     )
 
 

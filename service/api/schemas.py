@@ -91,11 +91,12 @@ ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
         "(nothing was taken)",
         RETRY_AFTER,
     ),
+    507: ("The service's store is full (nothing was taken, nothing stored was lost)", {}),
 }
 # Any route with a JSON body: unreadable, sent by another site with our cookie, too large, not JSON, refused.
-JSON_BODY = (403, 413, 415, 422)
-# Any other write: another site may have sent it with our cookie.
-WRITE = (403,)
+JSON_BODY = (403, 413, 415, 422, 507)
+# Any other write: another site may have sent it with our cookie; the store may be full.
+WRITE = (403, 507)
 
 
 # Any route that reads or writes the store (Redis): unreachable for longer than the client retries.

@@ -1,5 +1,7 @@
 """Teachers: sign in, classrooms, passages, and what their pupils asked (also live, and as CSV)."""
 
+import asyncio
+import functools
 import time
 from collections.abc import AsyncGenerator
 from typing import Annotated
@@ -50,7 +52,7 @@ from service.classroom import figures
 from service.classroom.export import QuestionsCsv, attachment
 from service.classroom.prompting import Prompts
 from service.errors import FileTooLarge
-from service.records import Classroom, Passage, pupil_label, utcnow
+from service.records import Classroom, Passage, QuestionRecord, pupil_label, utcnow
 from service.store import Store
 
 router = APIRouter(tags=["teacher"], route_class=ApiRoute, responses=errors(*STORE))
@@ -139,10 +141,11 @@ async def update_classroom(body: UpdateClassroom, classroom: OwnClassroom, store
 
 
 @router.delete("/api/classrooms/{classroom_id}", status_code=204, responses=errors(*CLASS, *WRITE))
-async def delete_classroom(classroom: OwnClassroom, store: StoreDep) -> None:
-    """Delete the class for good: its code, passages, questions and answers. There is no undo (the page asks
-    first); archiving keeps everything instead."""
+async def delete_classroom(classroom: OwnClassroom, store: StoreDep, services: ServicesDep) -> None:
+    """Delete the class for good: its code, passages, questions and answers, and those archived past the
+    school's retention. There is no undo (the page asks first); archiving keeps everything instead."""
     await store.delete_classroom(classroom)
+    await asyncio.to_thread(services.archive.delete, classroom.id)
 
 
 def _added(passage: Passage, prompts: Prompts, published: bool) -> PassageAdded:
@@ -267,14 +270,45 @@ async def classroom_stats(
     },
 )
 async def export_questions(classroom: OwnClassroom, store: StoreDep, services: ServicesDep) -> CsvResponse:
-    """Every question of the classroom, newest first, for a spreadsheet: UTF-8 with a byte-order mark (for
-    Excel), times in the school's time zone and in UTC."""
-    by_id = {p.id: p for p in [*await store.former_passages(classroom.id), *await store.list_passages(classroom.id)]}
-    file = QuestionsCsv(by_id, services.settings.school.zone)
+    """Every question of the classroom kept in the store (those past the school's retention are in
+    `archive.csv`), newest first, for a spreadsheet: UTF-8 with a byte-order mark (for Excel), times in the
+    school's time zone and in UTC."""
+    file = QuestionsCsv(await _passages_by_id(store, classroom.id), services.settings.school.zone)
     return CsvResponse(
         file.pieces(store.question_pages(classroom.id, EXPORT_PAGE)),
         headers={"Content-Disposition": attachment(f"{classroom.name or 'class'}-questions.csv")},
     )
+
+
+@router.get(
+    "/api/classrooms/{classroom_id}/archive.csv",
+    response_class=CsvResponse,
+    responses={
+        200: {"description": "as questions.csv: a header row, then one row an archived question"},
+        **errors(*CLASS, json_route=False),
+    },
+)
+async def export_archive(classroom: OwnClassroom, store: StoreDep, services: ServicesDep) -> CsvResponse:
+    """The class's questions archived past the school's retention (`school.retention_days`) and no longer in
+    its list, newest first, in the columns of `questions.csv` (a header alone if none were archived)."""
+    file = QuestionsCsv(await _passages_by_id(store, classroom.id), services.settings.school.zone)
+    return CsvResponse(
+        file.pieces(services.archive.pages(classroom.id)),
+        headers={"Content-Disposition": attachment(f"{classroom.name or 'class'}-archived-questions.csv")},
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _question_event(published: bytes) -> bytes:
+    """A question's event as every open page of its class sends it, made once for them all: the pages of a
+    process share each published message, and 200 open pages must not read and write it 200 times."""
+    record = QuestionRecord.model_validate_json(published)
+    return ServerSentEvent(event="question", data=TeacherQuestion.of(record).model_dump_json()).encode()
+
+
+async def _passages_by_id(store: Store, classroom_id: str) -> dict[str, Passage]:
+    """Every passage the class's questions may name: those in its list and those edited or deleted."""
+    return {p.id: p for p in [*await store.former_passages(classroom_id), *await store.list_passages(classroom_id)]}
 
 
 @router.get(
@@ -290,8 +324,8 @@ async def export_questions(classroom: OwnClassroom, store: StoreDep, services: S
 async def live_questions(classroom: OwnClassroom, store: StoreDep, services: ServicesDep) -> EventSourceResponse:
     """Server-Sent Events: each question as it is asked, and again when its answer ends."""
 
-    async def events() -> AsyncGenerator[ServerSentEvent]:
-        async for record in store.classroom_events(classroom.id):
-            yield ServerSentEvent(event="question", data=TeacherQuestion.of(record).model_dump_json())
+    async def events() -> AsyncGenerator[bytes]:
+        async for published in store.classroom_events(classroom.id):
+            yield _question_event(published)
 
     return EventSourceResponse(events(), ping=services.settings.answer.keepalive_s, headers=STREAM_HEADERS)

@@ -1,8 +1,9 @@
 """Answers nobody will finish: their process was killed mid-answer, or Redis was down when it ended.
 
-Every admitted question is indexed until its final record is stored (`Keys.answering`, by asked +
-`answer.longest_s`, the longest an answer may take and the pupil's one-at-a-time lock). One still indexed
-after that is stored cut short, with what the pupil is told, so that no record says "answering" forever.
+Every admitted question is indexed until its final record is stored (`Keys.answering`), by when its writer's
+lease lapses: the process that writes it renews the lease every third of `answer.writer_lease_s`
+(`LiveAnswers`). One whose lease lapsed is stored cut short, with what the pupil is told, so that no record
+says "answering" forever and a pupil whose answer's process died may ask again within a lease.
 Each process sweeps; the store's compare and set makes a record finished once, and leaves it alone if its
 own process finished it after all.
 """
@@ -23,10 +24,10 @@ ABANDONED = "The answer was cut short because the service was interrupted while 
 
 
 class AbandonedAnswers:
-    def __init__(self, store: Store, longest_answer_s: float) -> None:
+    def __init__(self, store: Store, lease_s: float) -> None:
         self._store = store
-        # Often enough that a record is finished soon after its lock lapses; at most every 30 s.
-        self.every_s = min(30.0, max(1.0, longest_answer_s / 8))
+        # As often as the leases are renewed: a record is finished within a third of a lease after it lapsed.
+        self.every_s = lease_s / 3
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

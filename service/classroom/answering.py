@@ -73,6 +73,7 @@ class Answering:
         sampling: Mapping[str, float | int],
         rate: RateLimit,
         longest_answer_s: int,
+        lease_s: int,
         answers: LiveAnswers,
         progress_s: float,
         stop_wait_s: float,
@@ -89,6 +90,7 @@ class Answering:
         self._sampling = sampling
         self._rate = rate
         self._longest_answer_s = longest_answer_s
+        self._lease_s = lease_s
         self._answers = answers
         self._progress_s = progress_s
         self._stop_wait_s = stop_wait_s
@@ -124,7 +126,7 @@ class Answering:
             if line:
                 self._turns.expect(record.id)
             admission = await self._store.admit_question(
-                session_token or "", record, version, self._rate, self._longest_answer_s, line
+                session_token or "", record, version, self._rate, self._lease_s, line
             )
             if admission.outcome != "queued":
                 self._turns.forget(record.id)

@@ -1,11 +1,13 @@
 """Latency and cache figures computed from the stored question records (exact, per class, any window).
 
 Prometheus holds the same figures as time series with bounded labels; these are for the teacher's and
-operator's pages, which need per-classroom detail that labels must not carry.
+operator's pages, which need per-classroom detail that labels must not carry. The operator's page reads the
+same figures from tallies kept as questions end (`aggregates`), not from the records: a day of a district's
+questions is too many to read every few seconds.
 """
 
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -69,19 +71,3 @@ def figures(records: Iterable[QuestionRecord]) -> Figures:
         cached_tokens=cached,
         cache_hit_ratio=cached / prompt if prompt else None,
     )
-
-
-def breakdown(records: Iterable[QuestionRecord], key: Callable[[QuestionRecord], str]) -> dict[str, Figures]:
-    groups: dict[str, list[QuestionRecord]] = {}
-    for record in records:
-        groups.setdefault(key(record), []).append(record)
-    return {name: figures(group) for name, group in sorted(groups.items())}
-
-
-def series(records: Iterable[QuestionRecord], since: float, until: float, bucket_s: float) -> list[Point]:
-    """Figures per time bucket from `since` to `until`, empty buckets included (for plots)."""
-    buckets: dict[int, list[QuestionRecord]] = {}
-    for record in records:
-        buckets.setdefault(int((record.asked_at.timestamp() - since) // bucket_s), []).append(record)
-    count = max(1, int((until - since) // bucket_s) + 1)
-    return [Point(start=since + i * bucket_s, **figures(buckets.get(i, [])).model_dump()) for i in range(count)]

@@ -20,6 +20,8 @@ import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
+from redis.exceptions import RedisError
+
 from service.records import QuestionRecord, QuestionStatus
 from service.store import Store
 from service.tasks import stop_tasks
@@ -199,12 +201,16 @@ async def follow_stored(store: Store, record: QuestionRecord, after: int, poll_s
 
 
 class LiveAnswers:
-    """The answers this process writes, by question id, and the channel on which a Stop reaches them."""
+    """The answers this process writes, by question id, the channel on which a Stop reaches them, and their
+    writers' heartbeat: every third of `lease_s`, one round trip renews the lease of each (`Store.renew_leases`),
+    which keeps it from being swept as abandoned and holds its pupil's one-at-a-time claim."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, lease_s: int) -> None:
         self._store = store
+        self._lease_s = lease_s
         self._answers: dict[str, LiveAnswer] = {}
         self._listener: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
         return len(self._answers)
@@ -220,14 +226,28 @@ class LiveAnswers:
 
     async def start(self) -> None:
         self._listener = asyncio.create_task(self._listen())
+        self._heartbeat = asyncio.create_task(self._beat())
 
     async def close(self) -> None:
         """At shutdown: every answer still being written ends now, stored cut short with its text so far."""
-        await stop_tasks(self._listener)
+        await stop_tasks(self._listener, self._heartbeat)
         answers = list(self._answers.values())
         for live in answers:
             live.cut(INTERRUPTED)
         await asyncio.gather(*(live.task for live in answers if live.task is not None), return_exceptions=True)
+
+    async def renew(self) -> int:
+        """One beat: the lease of every answer this process writes renewed; how many were still being written."""
+        answers = [(live.record.id, live.record.pupil_id) for live in self._answers.values()]
+        return await self._store.renew_leases(answers, self._lease_s)
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self._lease_s / 3)
+            try:
+                await self.renew()
+            except RedisError as exc:  # Redis down: the next beat renews; a lease outlasts a restart of Redis
+                log.warning("the answers' leases not renewed: %s", exc)
 
     async def _listen(self) -> None:
         while True:

@@ -27,8 +27,11 @@ def redis_process(
     pid_path: Path | None = None,
     databases: int = 16,
     *,
+    maxmemory_mb: int = 0,
     die_with_parent: bool = False,
 ) -> ManagedProcess:
+    """Redis as the stack runs it; `maxmemory_mb` bounds its memory (0: unbounded), and at the bound it refuses
+    writes rather than evict anything (noeviction: no question is dropped that was not archived)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise ProcessFailed("redis-server is not installed. On Debian or Ubuntu: sudo apt-get install redis-server")
@@ -45,6 +48,8 @@ def redis_process(
         "--save", "",
         "--daemonize", "no",
         "--databases", str(databases),
+        "--maxmemory", f"{maxmemory_mb}mb",
+        "--maxmemory-policy", "noeviction",
     ]  # fmt: skip
     return ManagedProcess(f"Redis on port {port}", argv, log_path, pid_path=pid_path, die_with_parent=die_with_parent)
 
@@ -57,9 +62,12 @@ def start_redis(
     pid_path: Path | None = None,
     databases: int = 16,
     *,
+    maxmemory_mb: int = 0,
     die_with_parent: bool = False,
 ) -> ManagedProcess:
-    process = redis_process(port, data_dir, log_path, pid_path, databases, die_with_parent=die_with_parent)
+    process = redis_process(
+        port, data_dir, log_path, pid_path, databases, maxmemory_mb=maxmemory_mb, die_with_parent=die_with_parent
+    )
     process.start()
     process.wait_until(lambda: is_ready(url), STARTUP_TIMEOUT_S)
     return process

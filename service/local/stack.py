@@ -33,7 +33,14 @@ def _ensure_redis(settings: Settings, stack: ExitStack, say: Callable[[str], Non
         return
     data_dir = settings.state_dir / "redis"
     log = settings.state_dir / "logs" / "redis.log"
-    process = start_redis(settings.redis.url, settings.redis.port, data_dir, log, die_with_parent=True)
+    process = start_redis(
+        settings.redis.url,
+        settings.redis.port,
+        data_dir,
+        log,
+        maxmemory_mb=settings.redis.maxmemory_mb,
+        die_with_parent=True,
+    )
     stack.callback(process.stop)
     say(f"Redis: started on port {settings.redis.port}, append-only file in {data_dir}")
 

@@ -4,12 +4,16 @@
     scripts.py         the Lua scripts that make a step atomic
     ids.py             ids, tokens and join codes
     connection.py      the Redis client: `connect`, `open_connections`
+    subscriptions.py   every channel the process listens to, on one connection, fanned out to its subscribers
     teachers.py        teachers, their sessions, failed attempts to sign in or join
     pupils.py          pupils' sessions and the names they joined a class with
     classes.py         classrooms, the version every write to a class bumps, a class's deletion
     passages.py        passages, and the one a class asks about
     questions.py       questions: admission, turns, progress, stops, their end, the lists that read them
+    stats.py           the operators' figures: tallies each question's final record adds to, read back for a window
     backend_config.py  the backends' shared configuration and the warm-up's marks
+    usage.py           Redis' memory: how much the state takes, and its bound
+    archiving.py       questions past retention, read and taken out once archived
 
 A service process opens one client for its life (`service/services.py`); a command or a script opens a store
 for a moment with `open_store`.
@@ -18,6 +22,7 @@ for a moment with `open_store`.
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from service.store.archiving import ArchiveStore
 from service.store.backend_config import BackendStore
 from service.store.classes import DELETE_BATCH, DELETED_VERSION_S, ClassState, ClassStore
 from service.store.connection import POOL_WAIT_S, connect, open_connections
@@ -33,7 +38,9 @@ from service.store.keys import Keys
 from service.store.passages import PassageStore
 from service.store.pupils import PupilStore
 from service.store.questions import RECENT_S, Admission, QuestionStore, RateLimit, TurnLine
+from service.store.stats import StatsStore
 from service.store.teachers import AccountStore
+from service.store.usage import MemoryUsage, UsageStore
 
 __all__ = [
     "DELETED_VERSION_S",
@@ -45,6 +52,7 @@ __all__ = [
     "Admission",
     "ClassState",
     "Keys",
+    "MemoryUsage",
     "RateLimit",
     "Store",
     "TurnLine",
@@ -58,7 +66,17 @@ __all__ = [
 ]
 
 
-class Store(AccountStore, ClassStore, PassageStore, QuestionStore, PupilStore, BackendStore):
+class Store(
+    AccountStore,
+    ClassStore,
+    PassageStore,
+    QuestionStore,
+    PupilStore,
+    StatsStore,
+    BackendStore,
+    UsageStore,
+    ArchiveStore,
+):
     """Every read and write of the service's state, over one Redis client (`redis`): the methods of the
     modules listed above, together in one object."""
 
@@ -67,7 +85,9 @@ class Store(AccountStore, ClassStore, PassageStore, QuestionStore, PupilStore, B
 async def open_store(redis_url: str) -> AsyncIterator[Store]:
     """For a command or a script: a store on a client of its own, for a moment, closed after."""
     redis = connect(redis_url)
+    store = Store(redis)
     try:
-        yield Store(redis)
+        yield store
     finally:
+        await store.subscriptions.close()
         await redis.aclose()

@@ -7,6 +7,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 from redis.exceptions import WatchError
 
+from service.store.subscriptions import Subscriptions
+
 T = TypeVar("T")
 
 
@@ -25,14 +27,13 @@ class StoreBase:
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
+        self.subscriptions = Subscriptions(redis)
 
     async def _published(self, channel: str, read: Callable[[Any], T]) -> AsyncIterator[T]:
-        """What is published on `channel`, each message read by `read`, until the consumer stops."""
-        async with self.redis.pubsub() as pubsub:
-            await pubsub.subscribe(channel)
-            async for message in pubsub.listen():
-                if message["type"] == "message":
-                    yield read(message["data"])
+        """What is published on `channel`, each message read by `read`, until the consumer stops: on the
+        process's one pub/sub connection (`Subscriptions`)."""
+        async for data in self.subscriptions.messages(channel):
+            yield read(data)
 
     async def _watching(self, keys: list[str], step: Callable[[Pipeline], Awaitable[T]]) -> T:
         """`step` on a transaction that watches `keys`: it reads, then queues its writes after `tx.multi()` and

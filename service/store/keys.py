@@ -26,14 +26,22 @@ Keys:
     cls:{id}:pupils                       hash: "{n}:{name in lower case}" -> the name as that pupil typed it
     passage:{id}:questions                the same, for one passage
     pupil:{id}:questions                  the same, for one pupil session: their own history
-    pupil:{id}:answering                  the question id whose answer streams (one at a time), expiring
+    pupil:{id}:answering                  the question id whose answer streams (one at a time), expiring with
+                                          its writer's lease
     pupil:{id}:asked                      when the pupil's last questions were admitted (the rate limit)
     cls:{id}:events                       pub/sub channel: questions asked and answered, for the teacher
     classrooms                            set of every classroom id (for warming active passages)
     questions:recent                      sorted set of question ids of the last day, by time (operators' figures)
     questions:answering                   sorted set of the question ids whose answer is being written, by
-                                          when it must have ended
+                                          when their writer's lease lapses
+    stats:{hour}                          hash: the operators' figures of the questions asked in the hour (its
+                                          start, epoch s), each a packed tally (store/stats.py): the hour's per
+                                          replica and class, and per minute and variant; kept until a day after
+                                          the hour, as are the next two
+    stats:{ten}:ten                       hash: the same for ten minutes (from {ten}), per replica and class
+    stats:{minute}:minute                 hash: the same for a minute
     tmp:{id}                              a list's question ids, for the one transaction that reads them
+    retention:sweep                       set, for one round, by the process that archives questions past retention
     backends:config                       BackendConfig: variants, replicas, active variant, canary
     passage:{id}:warmed                   replica URLs where the passage was last sent ahead of pupils
     warmup:fleet:{digest}                 set, briefly, by the process that re-warms for one state of the fleet
@@ -167,9 +175,24 @@ class Keys:
 
     @staticmethod
     def answering() -> str:
-        """Questions whose answer is being written, by when it must have ended (asked + answer.longest_s): one
-        still there after that was abandoned by a process that died, or that could not store its end."""
+        """Questions whose answer is being written, by when their writer's lease lapses (renewed by its
+        process every third of `answer.writer_lease_s`): one still there after that was abandoned by a process
+        that died, or that could not store its end."""
         return "questions:answering"
+
+    @staticmethod
+    def stats(hour: int) -> str:
+        """The operators' figures of the questions asked in the hour that starts at `hour` (epoch s)."""
+        return f"stats:{hour}"
+
+    @staticmethod
+    def stats_ten(ten: int) -> str:
+        """The same figures, of the ten minutes that start at `ten` (epoch s)."""
+        return f"stats:{ten}:ten"
+
+    @staticmethod
+    def stats_minute(minute: int) -> str:
+        return f"stats:{minute}:minute"
 
     @staticmethod
     def warmed(passage_id: str) -> str:
@@ -218,6 +241,10 @@ class Keys:
         """Stand-ins for a line's two keys (`TurnLine.keys`) where a question takes no turn: the scripts
         leave them alone."""
         return ["turns:none:running", "turns:none:classes"]
+
+    @staticmethod
+    def retention_sweep() -> str:
+        return "retention:sweep"
 
     @staticmethod
     def scratch(name: str) -> str:

@@ -1,6 +1,7 @@
 """Questions: admitted (or refused) and indexed in one step, their answers' progress, stops and end, their
 turns on a replica, those abandoned by a process that died, and the lists that read them back."""
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -13,7 +14,9 @@ from service.store.base import text, texts
 from service.store.ids import new_id
 from service.store.keys import Keys
 from service.store.pupils import PupilStore
-from service.store.scripts import ABANDON, ADMIT, FINISH, PROGRESS, REFUSE, TURN_PLACE
+from service.store.scripts import ABANDON, ADMIT, FINISH, PROGRESS, REFUSE, RENEW, TURN_PLACE
+from service.store.stats import adding
+from service.store.subscriptions import TooSlow
 
 # How far back operators' figures reach: the recent-questions index keeps a day.
 RECENT_S = 24 * 3600
@@ -65,6 +68,7 @@ class QuestionStore(PupilStore):
         self._turn_place = redis.register_script(TURN_PLACE)
         self._abandon = redis.register_script(ABANDON)
         self._progress = redis.register_script(PROGRESS)
+        self._renew = redis.register_script(RENEW)
 
     async def admit_question(
         self,
@@ -72,10 +76,11 @@ class QuestionStore(PupilStore):
         record: QuestionRecord,
         class_version: int,
         rate: RateLimit,
-        longest_answer_s: int,
+        lease_s: int,
         line: TurnLine | None = None,
     ) -> Admission:
-        """Admit and store a pupil's question in one atomic step (ADMIT says what it checks)."""
+        """Admit and store a pupil's question in one atomic step (ADMIT says what it checks); its writer's
+        lease (`renew_leases`) lasts `lease_s` from now."""
         asked = record.asked_at.timestamp()
         keys = [
             Keys.pupil_session(session_token),
@@ -86,7 +91,7 @@ class QuestionStore(PupilStore):
             *(line.keys() if line else Keys.no_turns()),
             Keys.answering(),
         ]
-        args: list[str | float] = [class_version, asked, rate.window_s, rate.most, longest_answer_s]
+        args: list[str | float] = [class_version, asked, rate.window_s, rate.most, lease_s]
         args += [record.model_dump_json(), record.id, asked, asked - RECENT_S]
         if line:
             args += [line.bound, line.most_waiting, asked + line.lapses_s, Keys.turns_waiting_prefix(line.replica)]
@@ -102,22 +107,33 @@ class QuestionStore(PupilStore):
         return Admission(decided)  # type: ignore[arg-type]  # the script answers only the outcomes named
 
     async def refuse_question(self, record: QuestionRecord) -> None:
-        """Store a question that was not taken, where the class's questions are."""
+        """Store a question that was not taken, where the class's questions are, and count it in the operators'
+        figures (once: not if it was stored already)."""
         asked = record.asked_at.timestamp()
-        args: list[str | float] = [record.model_dump_json(), record.id, asked, asked - RECENT_S]
-        await self._refuse(keys=self._record_keys(record), args=args)
+        stats_keys, stats_args = adding(record)
+        args: list[str | float] = [record.model_dump_json(), record.id, asked, asked - RECENT_S, *stats_args]
+        await self._refuse(keys=[*self._record_keys(record), *stats_keys], args=args)
 
     async def finish_question(self, record: QuestionRecord, line: TurnLine | None = None) -> None:
         """Store a question's final record, tell the teacher's page, let the pupil ask again, and give its turn
-        on `line` (taken or waited for) to the next in line."""
+        on `line` (taken or waited for) to the next in line; count it in the operators' figures if its stored record
+        was still being answered (once, however many times this runs)."""
         keys = [Keys.question(record.id), Keys.events(record.classroom_id), Keys.pupil_answering(record.pupil_id)]
         args: list[str | float] = [record.model_dump_json(), record.id]
-        if line:
-            await self._finish(
-                keys=[*keys, *line.keys(), Keys.answering()], args=args + line.args(record.classroom_id, time.time())
-            )
-        else:
-            await self._finish(keys=[*keys, *Keys.no_turns(), Keys.answering()], args=args + [0, "", "", 0, 0, ""])
+        stats_keys, stats_args = adding(record)
+        turns = line.keys() if line else Keys.no_turns()
+        args += line.args(record.classroom_id, time.time()) if line else [0, "", "", 0, 0, ""]
+        await self._finish(keys=[*keys, *turns, Keys.answering(), *stats_keys], args=[*args, *stats_args])
+
+    async def renew_leases(self, answers: list[tuple[str, str]], lease_s: int) -> int:
+        """The heartbeat of a process's writers: the lease of each answer (question id, pupil id) renewed for
+        `lease_s` from now, in one round trip; how many were still being written."""
+        if not answers:
+            return 0
+        args: list[str | float] = [time.time() + lease_s, lease_s]
+        for question_id, pupil_id in answers:
+            args += [question_id, Keys.pupil_answering(pupil_id)]
+        return int(await self._renew(keys=[Keys.answering()], args=args))
 
     async def abandoned_answers(self, now: float, limit: int = 100) -> list[tuple[str, QuestionRecord]]:
         """Questions still being written after they must have ended: each record as stored (the exact JSON,
@@ -132,9 +148,11 @@ class QuestionStore(PupilStore):
 
     async def abandon_answer(self, stored: str, finished: QuestionRecord) -> bool:
         """Store `finished` in place of the record stored as `stored`, if that is still what is stored (its
-        own process may have finished it after all); False if it changed."""
-        keys = [Keys.question(finished.id), Keys.events(finished.classroom_id), Keys.answering()]
-        return bool(await self._abandon(keys=keys, args=[stored, finished.model_dump_json(), finished.id]))
+        own process may have finished it after all), and count it in the operators' figures; False if it changed."""
+        stats_keys, stats_args = adding(finished)
+        keys = [Keys.question(finished.id), Keys.events(finished.classroom_id), Keys.answering(), *stats_keys]
+        args = [stored, finished.model_dump_json(), finished.id, *stats_args]
+        return bool(await self._abandon(keys=keys, args=args))
 
     async def store_progress(self, record: QuestionRecord) -> bool:
         """Store an answer's text so far (`record`, still answering), unless it has ended meanwhile; True if
@@ -242,9 +260,13 @@ class QuestionStore(PupilStore):
         raws = await self.redis.mget([Keys.question(i) for i in ids]) if ids else []
         return [QuestionRecord.model_validate_json(raw) for raw in raws if raw is not None]
 
-    def classroom_events(self, classroom_id: str) -> AsyncIterator[QuestionRecord]:
-        """Questions of the classroom as they are asked and answered, until the consumer stops."""
-        return self._published(Keys.events(classroom_id), QuestionRecord.model_validate_json)
+    async def classroom_events(self, classroom_id: str) -> AsyncIterator[bytes]:
+        """Questions of the classroom as they are asked and answered (each record's JSON as published: the same
+        object for every page of the process, which reads it once), until the consumer stops; they end early
+        should the consumer fall behind (a page whose client stopped reading), which then reads the list again."""
+        with contextlib.suppress(TooSlow):
+            async for published in self.subscriptions.messages(Keys.events(classroom_id)):
+                yield published
 
     async def questions_between(
         self, since: float, until: float, classroom_id: str | None = None

@@ -76,7 +76,7 @@ end
 # KEYS: 1 session, 2 class version, 3 pupil answering, 4 pupil asked, 5 question, 6 class questions,
 #       7 by name, 8 passage questions, 9 pupil questions, 10 recent questions, 11 class events,
 #       12 turns running, 13 turns classes, 14 answers being written.
-# ARGV: 1 expected version, 2 now (s), 3 window (s), 4 most questions in it, 5 longest answer (s),
+# ARGV: 1 expected version, 2 now (s), 3 window (s), 4 most questions in it, 5 the writer's lease (s),
 #       6 record JSON, 7 question id, 8 its score (asked at), 9 oldest recent score kept,
 #       10 most running on the replica (0: no turns), 11 most waiting, 12 when a turn taken now lapses,
 #       13 the class lines' key prefix, 14 classroom id, 15 the turns' channel.
@@ -122,19 +122,68 @@ return {'ok'}
 """
 )
 
-# A question refused at admission (the line was full), stored as such. KEYS and ARGV as STORE_RECORD's.
-REFUSE = STORE_RECORD + "store_record(1, 1) return 1"
+# A question's final record added to the operators' figures (service/store/stats.py says how they are kept): its
+# tally added to three fields of its hour's hash, two of its ten minutes' and two of its minute's, all kept until a
+# day after the hour. A tally is integers between spaces: five counts, then (bucket, count) pairs in bucket order.
+# KEYS (from the k-th): the three hashes. ARGV (from the a-th): the question's tally, when the hashes expire
+# (epoch s), the seven fields (three, two and two).
+STATS = """
+local function tally_add(packed, more)
+  local n, counts, buckets = {0, 0, 0, 0, 0}, {}, {}
+  for _, tally in ipairs({packed or '', more}) do
+    local i, bucket = 0, nil
+    for x in string.gmatch(tally, '%-?%d+') do
+      i = i + 1
+      if i <= 5 then n[i] = n[i] + tonumber(x)
+      elseif i % 2 == 0 then bucket = tonumber(x)
+      else
+        if not counts[bucket] then counts[bucket] = 0 buckets[#buckets + 1] = bucket end
+        counts[bucket] = counts[bucket] + tonumber(x)
+      end
+    end
+  end
+  table.sort(buckets)
+  for _, bucket in ipairs(buckets) do n[#n + 1] = bucket n[#n + 1] = counts[bucket] end
+  return table.concat(n, ' ')
+end
+local function stats_add(k, a)
+  for i, hash in ipairs({0, 0, 0, 1, 1, 2, 2}) do
+    local key, name = KEYS[k + hash], ARGV[a + 1 + i]
+    redis.call('HSET', key, name, tally_add(redis.call('HGET', key, name), ARGV[a]))
+  end
+  for hash = 0, 2 do redis.call('EXPIREAT', KEYS[k + hash], ARGV[a + 1]) end
+end
+"""
+
+# A question refused at admission (the line was full), stored as such, and counted in the operators' figures
+# unless it was stored already (run twice). KEYS and ARGV as STORE_RECORD's, then KEYS 8-10 and ARGV 5-13
+# STATS's.
+REFUSE = (
+    STORE_RECORD
+    + STATS
+    + """
+local new = redis.call('EXISTS', KEYS[1]) == 0
+store_record(1, 1)
+if new then stats_add(8, 5) end
+return 1
+"""
+)
 
 # A question's final record stored and announced, the pupil free to ask again (if the claim is still theirs),
-# and its turn (running or still in line) given to the next in line.
+# and its turn (running or still in line) given to the next in line. It counts in the operators' figures if the
+# record it replaces is still being answered: run twice, or after the sweeper finished it, it counts no more.
 # KEYS: 1 question, 2 class events, 3 pupil answering, 4 turns running, 5 turns classes, 6 answers being
-#       written.
+#       written, 7-9 STATS's.
 # ARGV: 1 record JSON, 2 question id, 3 most running (0: it took no turn), 4 the class lines' key prefix,
-#       5 classroom id, 6 now (s), 7 when a turn given now lapses, 8 the turns' channel.
+#       5 classroom id, 6 now (s), 7 when a turn given now lapses, 8 the turns' channel, 9-17 STATS's.
 FINISH = (
     TURNS
+    + STATS
     + """
+local stored = redis.call('GET', KEYS[1])
+local ends = stored and cjson.decode(stored)['status'] == 'answering'
 redis.call('SET', KEYS[1], ARGV[1])
+if ends then stats_add(7, 9) end
 redis.call('PUBLISH', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[6], ARGV[2])
 if redis.call('GET', KEYS[3]) == ARGV[2] then redis.call('DEL', KEYS[3]) end
@@ -154,9 +203,12 @@ return 1
 
 # An abandoned answer's record finished as cut short, unless it changed since it was read: compare and set.
 # It leaves the index of answers being written, unless it changed and is still being written (its process
-# stored more of its text since: it is alive after all).
-# KEYS: 1 question, 2 class events, 3 answers being written. ARGV: 1 the record as read, 2 as finished, 3 id.
-ABANDON = """
+# stored more of its text since: it is alive after all). Finished, it counts in the operators' figures.
+# KEYS: 1 question, 2 class events, 3 answers being written, 4-6 STATS's. ARGV: 1 the record as read, 2 as
+# finished, 3 id, 4-12 STATS's.
+ABANDON = (
+    STATS
+    + """
 local stored = redis.call('GET', KEYS[1])
 if stored ~= ARGV[1] then
   -- still being written (its process stores the text so far): the next sweep looks again
@@ -167,8 +219,10 @@ end
 redis.call('ZREM', KEYS[3], ARGV[3])
 redis.call('SET', KEYS[1], ARGV[2])
 redis.call('PUBLISH', KEYS[2], ARGV[2])
+stats_add(4, 4)
 return 1
 """
+)
 
 # An answer's text so far stored in its record, only while the record says it is being written (a late write
 # never undoes its end, nor a sweeper's); and whether its pupil asked to stop it.
@@ -190,6 +244,21 @@ turn_grant(KEYS[1], KEYS[2], ARGV[2], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[
 return turn_place(KEYS[2], ARGV[2], ARGV[3], ARGV[1])
 """
 )
+
+# The writers' heartbeat: each process renews, every third of a lease, the lease of every answer it writes, in
+# one round trip. An answer's lease keeps it out of the sweeper's reach and holds its pupil's one-at-a-time
+# claim; one whose process died lapses within a lease. An answer that ended meanwhile is left alone (not
+# indexed again, nor a claim of the pupil's next question renewed).
+# KEYS: 1 answers being written. ARGV: 1 when the leases renewed now lapse, 2 the lease (s), then for each
+# answer its question id and its pupil's claim key.
+RENEW = """
+local renewed = 0
+for i = 3, #ARGV, 2 do
+  if redis.call('ZADD', KEYS[1], 'XX', 'CH', ARGV[1], ARGV[i]) == 1 then renewed = renewed + 1 end
+  if redis.call('GET', ARGV[i + 1]) == ARGV[i] then redis.call('EXPIRE', ARGV[i + 1], ARGV[2]) end
+end
+return renewed
+"""
 
 # The prober's lease: held by `ARGV[1]` for `ARGV[2]` ms from now if it holds it or nobody does. Returns the
 # holder. KEYS: the lease.

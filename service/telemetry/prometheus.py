@@ -201,3 +201,31 @@ class AnswersInFlight(Collector):
         yield GaugeMetricFamily(
             "classroom_answers_in_flight", "Answers this service process is writing now.", value=len(self._answers)
         )
+
+
+class SubscriptionCounts(Protocol):
+    @property
+    def subscribers(self) -> int: ...
+
+    @property
+    def channels(self) -> int: ...
+
+
+class Subscribers(Collector):
+    """`classroom_subscribers`: what listens on this process's one pub/sub connection (`store.Subscriptions`):
+    open teacher pages and the process's own listeners, and the channels they listen to."""
+
+    def __init__(self, subscriptions: SubscriptionCounts) -> None:
+        self._subscriptions = subscriptions
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "classroom_subscribers",
+            "Subscribers of this service process's one Redis pub/sub connection (open teacher pages among them).",
+            value=self._subscriptions.subscribers,
+        )
+        yield GaugeMetricFamily(
+            "classroom_subscribed_channels",
+            "Redis channels this service process listens to.",
+            value=self._subscriptions.channels,
+        )
