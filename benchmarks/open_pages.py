@@ -1,0 +1,790 @@
+"""Open pages on one service process: what idle pupil pages and teacher feeds cost it, and whether a class's
+burst feels them.
+
+Starts a Redis, the instant fake vLLM (`loadtest.fake_vllm`) and the service as a real `classroom serve` with one
+worker (the parts of benchmarks/gateway.py), the open-files limit raised to the hard limit before they start (they
+inherit it). Pupil pages are classes of 30 real joined pupils (POST /api/join), each class with a 1000-token passage
+of its own, as the burst's class; each page is one `GET /api/pupil/events` held open and read, from the first `class`
+event on, by a bare asyncio protocol (the client's own cost kept small: it shares the machine). Then:
+
+1. memory: the service's VmRSS (and RssAnon) from /proc before any page is open and after opening `--pages` of
+   them in steps (`--settle` s at each), and after `--feeds` teacher feeds (`GET /api/classrooms/{id}/events`,
+   the teacher signed in) of the burst class;
+2. Redis: the service's connections in Redis's `CLIENT LIST` (its database; pub/sub ones apart) and its
+   `classroom_subscribers` gauge, with nothing open and with every page and feed open;
+3. CPU a keep-alive: the service's CPU (utime + stime, /proc) over `--window` idle seconds with no page open and
+   with the most pages open, the difference divided by the keep-alives the pages received meanwhile; again over
+   `--idle-window` s in every round of 4. without pages (none) and with them (pages);
+4. a class's burst: 30 pupils of one class (a 1000-token passage, the service's own prompt layout, the fake's
+   answers of `--answer-tokens`) press "ask" at once, with nothing open (none), with the pupil pages (pages) and with
+   the pages and the feeds (all), in rounds none, pages, all, all, pages, none, ... (`--rounds` of each),
+   `--bursts` bursts a round: time to first token as the pupils see it (p50, p95, the last), errors, the service's
+   CPU, and the question events the feeds received (each question is announced to every feed of its class when
+   asked and when answered). After pages or feeds open or close, until the service is quiet, then one burst
+   reported apart.
+
+    .venv/bin/python -m benchmarks.open_pages [--pages 1000 5000 10000] [--feeds 200] [--rounds 4] [--keepalive 10]
+    .venv/bin/python -m benchmarks.open_pages --quick       # smoke: small numbers, under a minute, nothing written
+    .venv/bin/python -m benchmarks.open_pages --report      # open-pages.md again from the saved JSON
+
+Writes benchmarks/results/open-pages.json and open-pages.md. On 2 cores the client, the fake and Redis share the
+CPU with the service: each one's CPU is recorded beside the figures.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import resource
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any, cast
+
+import aiohttp
+import httpx
+import redis as redis_client
+import uvloop
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks.gateway import (
+    CLASS_SIZE,
+    PASSAGE_TOKENS,
+    PASSWORD,
+    Asker,
+    Classroom,
+    git_head,
+    lag_over,
+    loop_lag,
+    make_classes,
+)
+from benchmarks.gateway_parts import (
+    MODEL_DIR,
+    STATE,
+    Meter,
+    configure_fake,
+    cpu_s,
+    service_env,
+    start_fake,
+    start_service,
+)
+from benchmarks.parts import machine, standin_model
+from loadtest.stats import distribution
+from loadtest.workload import TextMaker
+from service.classroom.accounts import add_teacher
+from service.classroom.prompting import Prompts
+from service.local.processes import free_port
+from service.local.redis_server import start_redis
+from service.settings import PROJECT_ROOT, ModelSettings, RedisSettings, Settings
+
+RESULTS = PROJECT_ROOT / "benchmarks" / "results" / "open-pages.json"
+REPORT = PROJECT_ROOT / "benchmarks" / "results" / "open-pages.md"
+PUPIL_COOKIE = "classroom_pupil"
+TEACHER_COOKIE = "classroom_teacher"
+SERVICE_DB = 1
+OPENING = 64  # pages being opened at once
+PING = b": ping"  # sse-starlette's keep-alive comment
+QUESTION_EVENT = b"event: question"
+
+
+class Stream(asyncio.Protocol):
+    """One open page's connection, read by the event loop itself: open once the response's first bytes that
+    matter (`ready`) came, then counting keep-alives and question events until closed."""
+
+    def __init__(self, request: bytes, ready: bytes) -> None:
+        self.request = request
+        self.ready = ready
+        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.BaseTransport | None = None
+        self.head = b""
+        self.pings = 0
+        self.events = 0
+        self.lost = False
+        self._tail = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        cast(asyncio.WriteTransport, transport).write(self.request)  # uvloop's transports are no subclasses
+
+    def data_received(self, data: bytes) -> None:
+        if not self.opened.done():
+            self.head += data
+            if len(self.head) >= 12 and not self.head.startswith(b"HTTP/1.1 200"):
+                self.opened.set_exception(RuntimeError(self.head[:200].decode(errors="replace")))
+            elif self.ready in self.head:
+                self.opened.set_result(None)
+        seen = self._tail + data  # a comment or event name split between two reads is counted once
+        self.pings += seen.count(PING) - self._tail.count(PING)
+        self.events += seen.count(QUESTION_EVENT) - self._tail.count(QUESTION_EVENT)
+        self._tail = seen[-(len(QUESTION_EVENT) - 1) :]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if not self.opened.done():
+            self.opened.set_exception(exc or ConnectionError("closed before the first event"))
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def get_request(port: int, path: str, cookie: str) -> bytes:
+    return (
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: {cookie}\r\nAccept: text/event-stream\r\n\r\n"
+    ).encode()
+
+
+async def open_streams(
+    port: int, requests: list[bytes], ready: bytes, streams: list[Stream], failed: dict[str, int]
+) -> None:
+    """Each request on a connection of its own, OPENING at a time; those open join `streams`, the others are
+    counted in `failed` by why."""
+    loop = asyncio.get_running_loop()
+    gate = asyncio.Semaphore(OPENING)
+
+    async def one(request: bytes) -> None:
+        async with gate:
+            try:
+                _, stream = await loop.create_connection(lambda: Stream(request, ready), "127.0.0.1", port)
+                await asyncio.wait_for(stream.opened, 60)
+            except (OSError, RuntimeError, TimeoutError) as exc:
+                why = f"{type(exc).__name__}: {str(exc)[:80]}"
+                failed[why] = failed.get(why, 0) + 1
+                return
+            streams.append(stream)
+
+    await asyncio.gather(*(one(r) for r in requests))
+
+
+# The service process: its memory, its open files, its Redis connections, its gauges.
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS, RssAnon and VmHWM of a process in KiB, and its open files."""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    kib = {k: int(v.split()[0]) for k, _, v in (line.partition(":") for line in status) if k in ("VmRSS", "RssAnon")}
+    return kib | {"fds": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+def open_files_limit(pid: int) -> str:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return " ".join(line.split()[3:5])
+    return "?"
+
+
+def redis_connections(redis_url: str) -> dict[str, int]:
+    """The service's connections in Redis (those on its database; this benchmark's own is on database 0)."""
+    with redis_client.Redis.from_url(redis_url.rsplit("/", 1)[0] + "/0") as admin:
+        clients = [c for c in admin.client_list() if int(c["db"]) == SERVICE_DB]
+    pubsub = [c for c in clients if "P" in c["flags"] or int(c.get("sub", 0)) or int(c.get("psub", 0))]
+    return {"all": len(clients), "pubsub": len(pubsub)}
+
+
+async def gauges(service: str) -> dict[str, float]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        text = (await client.get(f"{service}/metrics")).text
+    wanted = ("classroom_subscribers", "classroom_subscribed_channels")
+    return {f.name: f.samples[0].value for f in text_string_to_metric_families(text) if f.name in wanted}
+
+
+async def settled(pid: int, seconds: float) -> dict[str, int]:
+    await asyncio.sleep(seconds)
+    return proc_status(pid)
+
+
+# Setting up: the page classes' pupils, the teacher's cookie.
+
+
+async def page_pupils(url: str, email: str, pupils: int, maker: TextMaker) -> list[str]:
+    """Classes of 30, each with a passage of its own as long as the burst's, and `pupils` joined pupils' cookies,
+    class by class."""
+    rng = random.Random()
+    codes = []
+    async with httpx.AsyncClient(base_url=url, timeout=60) as teacher:
+        (await teacher.post("/api/teacher/session", json={"email": email, "password": PASSWORD})).raise_for_status()
+        for c in range(math.ceil(pupils / CLASS_SIZE)):
+            made = (await teacher.post("/api/classrooms", json={"name": f"Pages {c}"})).json()
+            body = {
+                "title": f"Passage {uuid.uuid4().hex[:8]}",
+                "text": maker.text(rng, PASSAGE_TOKENS),
+                "publish": True,
+            }
+            (await teacher.post(f"/api/classrooms/{made['id']}/passages", json=body)).raise_for_status()
+            codes.append(made["join_code"])
+    connector = aiohttp.TCPConnector(limit=32)
+    async with aiohttp.ClientSession(url, connector=connector, cookie_jar=aiohttp.DummyCookieJar()) as session:
+
+        async def join(n: int) -> str:
+            body = {"join_code": codes[n // CLASS_SIZE], "name": f"P{n}"}
+            async with session.post("/api/join", json=body) as joined:
+                if joined.status != 201:
+                    raise RuntimeError(f"join: HTTP {joined.status} {(await joined.text())[:120]}")
+                return f"{PUPIL_COOKIE}={joined.cookies[PUPIL_COOKIE].value}"
+
+        return list(await asyncio.gather(*(join(n) for n in range(pupils))))
+
+
+def teacher_cookie(url: str, email: str) -> str:
+    signed = httpx.post(f"{url}/api/teacher/session", json={"email": email, "password": PASSWORD}, timeout=30)
+    signed.raise_for_status()
+    return f"{TEACHER_COOKIE}={signed.cookies[TEACHER_COOKIE]}"
+
+
+# The phases.
+
+
+CONDITIONS = {"none": "no page open", "pages": "{pages} pupil pages", "all": "{pages} pupil pages + {feeds} feeds"}
+ORDER = ["none", "pages", "all", "all", "pages", "none"]  # rounds in this order, again and again
+QUIET_CORES = 0.2  # the service is quiet below this much of a core over a second (10,000 idle pages: ~0.09)
+
+
+@dataclass
+class Bench:
+    service: str
+    port: int
+    pid: int
+    redis_url: str
+    meter: Meter
+    pages: list[bytes]  # every page's request, the most pages
+    feeds: list[bytes]
+    page_streams: list[Stream] = field(default_factory=list)
+    feed_streams: list[Stream] = field(default_factory=list)
+    failed: dict[str, int] = field(default_factory=dict)  # pages and feeds that did not open, by why
+    fds_none: int = 0  # the service's open files with nothing open
+
+    async def open_pages(self, count: int) -> None:
+        have = len(self.page_streams)
+        await open_streams(self.port, self.pages[have:count], b"data:", self.page_streams, self.failed)
+
+    async def become(self, condition: str) -> dict[str, float]:
+        """Open or close pages and feeds for `condition`, then until the service has let closed sockets go and
+        is quiet: the seconds each took."""
+        began = time.perf_counter()
+        closing = (self.feed_streams if condition != "all" else []) + (self.page_streams if condition == "none" else [])
+        for stream in closing:
+            stream.close()
+        if condition != "all":
+            self.feed_streams = []
+        if condition == "none":
+            self.page_streams = []
+        if condition != "none" and not self.page_streams:
+            await self.open_pages(len(self.pages))
+        if condition == "all" and not self.feed_streams:
+            await open_streams(self.port, self.feeds, b"\r\n\r\n", self.feed_streams, self.failed)
+        open_now = len(self.page_streams) + len(self.feed_streams)
+        for _ in range(240):  # two minutes at most; the pool may have opened Redis connections meanwhile
+            if proc_status(self.pid)["fds"] <= self.fds_none + open_now + 40:
+                break
+            await asyncio.sleep(0.5)
+        changed = time.perf_counter()
+        calm = 0
+        while calm < 2 and time.perf_counter() - changed < 120:
+            used = cpu_s(self.pid)
+            await asyncio.sleep(1.0)
+            calm = calm + 1 if cpu_s(self.pid) - used < QUIET_CORES else 0
+        return {"change_s": changed - began, "quiet_after_s": time.perf_counter() - changed}
+
+    def streams(self) -> list[Stream]:
+        return self.page_streams + self.feed_streams
+
+    def pings(self) -> int:
+        return sum(s.pings for s in self.page_streams)
+
+    def feed_events(self) -> int:
+        return sum(s.events for s in self.feed_streams)
+
+
+async def idle(bench: Bench, window_s: float) -> dict[str, Any]:
+    """CPU of each part over `window_s` with nothing asked, and the keep-alives the open pages received."""
+    pings = bench.pings()
+    bench.meter.start()
+    await asyncio.sleep(window_s)
+    used = bench.meter.stop()
+    return {"pages": len(bench.page_streams), "window_s": window_s, "cpu_s": used, "pings": bench.pings() - pings}
+
+
+async def burst(asker: Asker, classroom: Classroom, bench: Bench) -> dict[str, Any]:
+    """The class presses "ask" at once; the feeds' events counted until a second after the last answer."""
+    lag_before = await loop_lag(bench.service)
+    events = bench.feed_events()
+    load = os.getloadavg()[0]
+    bench.meter.start()
+    began = time.perf_counter()
+    answers = await asyncio.gather(*(asker.through(classroom, p) for p in range(len(classroom.cookies))))
+    seconds = time.perf_counter() - began
+    await asyncio.sleep(1.0)
+    cpu = bench.meter.stop()
+    ttfts = [t for a in answers if a.error is None and (t := a.ttft_s) is not None]
+    firsts = [a.first for a in answers if a.first is not None]
+    errors: dict[str, int] = {}
+    for a in answers:
+        if a.error is not None:
+            errors[a.error] = errors.get(a.error, 0) + 1
+    return {
+        "ttft_ms": distribution(ttfts).model_dump(),
+        "last_first_token_ms": (max(firsts) - began) * 1000 if len(firsts) == len(answers) else None,
+        "seconds": seconds,
+        "errors": errors,
+        "cpu_s": cpu,
+        "feed_events": bench.feed_events() - events,
+        "loop_late": lag_over(lag_before, await loop_lag(bench.service)),
+        "load_1m": load,
+        "pages": len(bench.page_streams),
+        "feeds": len(bench.feed_streams),
+    }
+
+
+async def measure(bench: Bench, asker: Asker, burst_class: Classroom, args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {"memory": []}
+    await burst(asker, burst_class, bench)  # unmeasured: the first burst opens the pool's connections
+    out["redis_nothing_open"] = redis_connections(bench.redis_url) | await gauges(bench.service)
+    before = await settled(bench.pid, args.settle)
+    bench.fds_none = before["fds"]
+    out["memory"].append({"pages": 0} | before)
+    out["idle_none"] = await idle(bench, args.window)
+    print(f"  idle, no page: service {cpu_line(out['idle_none'])}", flush=True)
+    for count in args.pages:
+        began = time.perf_counter()
+        await bench.open_pages(count)
+        took = time.perf_counter() - began
+        row = {"pages": len(bench.page_streams), "open_s": took} | await settled(bench.pid, args.settle)
+        out["memory"].append(row)
+        print(f"  {row['pages']} pages open ({took:.0f} s): {memory_line(before, row)}", flush=True)
+    out["idle_pages"] = await idle(bench, args.window)
+    out["after_idle"] = {"pages": len(bench.page_streams)} | proc_status(bench.pid)
+    out["pages_lost_while_idle"] = sum(s.lost for s in bench.page_streams)
+    print(f"  idle, {out['idle_pages']['pages']} pages: service {cpu_line(out['idle_pages'])}", flush=True)
+    await bench.become("all")
+    out["feeds"] = {"feeds": len(bench.feed_streams)} | await settled(bench.pid, args.settle)
+    out["redis_all_open"] = redis_connections(bench.redis_url) | await gauges(bench.service)
+    print(f"  + {out['feeds']['feeds']} feeds: Redis {out['redis_all_open']}", flush=True)
+    out["bursts"] = {condition: [] for condition in CONDITIONS}
+    out["changes"] = []
+    out["idle_rounds"] = {"none": [], "pages": []}
+    was = "all"
+    for i in range(len(CONDITIONS) * args.rounds):
+        condition = ORDER[i % len(ORDER)]
+        change: dict[str, Any] = {"from": was, "to": condition} | await bench.become(condition)
+        if condition != was:  # the first burst after pages or feeds opened or closed, apart
+            first = await burst(asker, burst_class, bench)
+            change["first_burst"] = first
+            print(f"  first burst after the change, {condition}: {burst_line(first)}", flush=True)
+            await asyncio.sleep(args.pause)
+        out["changes"].append(change)
+        was = condition
+        if condition != "all" and args.idle_window > 0:  # keep-alives' CPU again, alternating with none
+            out["idle_rounds"][condition].append(await idle(bench, args.idle_window))
+            print(f"  idle, {condition}: service {cpu_line(out['idle_rounds'][condition][-1])}", flush=True)
+        for _ in range(args.bursts):
+            row = await burst(asker, burst_class, bench)
+            out["bursts"][condition].append(row)
+            print(f"  burst, {condition}: {burst_line(row)}", flush=True)
+            await asyncio.sleep(args.pause)
+    out["redis_after_bursts"] = redis_connections(bench.redis_url) | await gauges(bench.service)
+    out["redis_after_bursts"]["state"] = condition
+    out["failed_to_open"] = bench.failed
+    return out
+
+
+def cpu_line(window: dict[str, Any]) -> str:
+    return f"{window['cpu_s']['service'] / window['window_s'] * 100:.2f} % of a core, {window['pings']} keep-alives"
+
+
+def memory_line(before: dict[str, int], row: dict[str, float]) -> str:
+    per = (row["VmRSS"] - before["VmRSS"]) / max(row["pages"], 1)
+    return f"RSS {row['VmRSS'] / 1024:.0f} MiB, {per:.1f} KiB a page"
+
+
+def burst_line(row: dict[str, Any]) -> str:
+    t = row["ttft_ms"]
+    last = row["last_first_token_ms"] or float("nan")
+    return (
+        f"TTFT p50 {t['p50'] or float('nan'):.1f} p95 {t['p95'] or float('nan'):.1f} last {last:.1f} ms, "
+        f"{sum(row['errors'].values())} errors, {row['feed_events']} feed events, "
+        f"service CPU {row['cpu_s']['service'] * 1000:.0f} ms"
+    )
+
+
+async def run_async(args: argparse.Namespace, service: str, pids: dict[str, int], redis_url: str, fake: str) -> Any:
+    email = args.email
+    prompts = Prompts.from_settings(Settings(model=ModelSettings(dir=MODEL_DIR)))
+    maker = TextMaker(prompts.tokenizer)
+    began = time.perf_counter()
+    burst_class = (await make_classes(service, email, 1, CLASS_SIZE, maker))[0]
+    cookies = await page_pupils(service, email, max(args.pages), maker)
+    print(f"  {len(cookies)} pupils joined in {time.perf_counter() - began:.0f} s", flush=True)
+    port = int(service.rsplit(":", 1)[1])
+    teacher = teacher_cookie(service, email)
+    bench = Bench(
+        service,
+        port,
+        pids["service"],
+        redis_url,
+        Meter(pids),
+        [get_request(port, "/api/pupil/events", c) for c in cookies],
+        [get_request(port, f"/api/classrooms/{burst_class.id}/events", teacher) for _ in range(args.feeds)],
+    )
+    configure_fake(fake, answer_tokens=args.answer_tokens, tpot_ms=0)
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=60)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()) as s:
+        asker = Asker(s, service, fake, prompts, maker)
+        try:
+            return await measure(bench, asker, burst_class, args)
+        finally:
+            for stream in bench.streams():
+                stream.close()
+
+
+def raise_open_files() -> int:
+    """The hard limit for this process and, inherited, the parts it starts."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def changed_files(folder: str) -> list[str]:
+    """Files of `folder` that differ from the checkout's commit (others may be editing them as it runs)."""
+    done = subprocess.run(
+        ["git", "-C", str(PROJECT_ROOT), "status", "--porcelain", "--", folder], capture_output=True, text=True
+    )
+    return [line[3:] for line in done.stdout.splitlines()]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    checkout, changed = git_head(PROJECT_ROOT), changed_files("service")
+    limit = raise_open_files()
+    standin_model()
+    redis_port = free_port()
+    redis = start_redis(
+        f"redis://127.0.0.1:{redis_port}/0", redis_port, STATE / f"redis-{redis_port}", STATE / "logs" / "redis.log"
+    )
+    fake, fake_root = start_fake()
+    args.email = f"{uuid.uuid4().hex[:8]}@bench.example"
+    redis_url = f"redis://127.0.0.1:{redis_port}/{SERVICE_DB}"
+    try:
+        env = service_env(redis_url, fake_root, free_port()) | {
+            "CLASSROOM_API__WORKERS": "1",
+            "CLASSROOM_ANSWER__KEEPALIVE_S": str(args.keepalive),
+        }
+        asyncio.run(add_teacher(Settings(redis=RedisSettings(url=redis_url)), args.email, "B", PASSWORD))
+        service, url = start_service(args.classroom, env, 1)
+        try:
+            pids = {"service": service.pid, "fake": fake.pid, "redis": redis.pid, "client": os.getpid()}
+            print(f"service {url}, pid {service.pid}, open files {open_files_limit(service.pid)}", flush=True)
+            result = uvloop.run(run_async(args, url, pids, redis_url, fake_root))
+            service_limit = open_files_limit(service.pid)
+        finally:
+            service.stop()
+    finally:
+        fake.stop()
+        redis.stop()
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "checkout": checkout,
+        "service_changed": changed,
+        "machine": machine(),
+        "settings": {
+            "pages": args.pages,
+            "feeds": args.feeds,
+            "keepalive_s": args.keepalive,
+            "window_s": args.window,
+            "idle_window_s": args.idle_window,
+            "rounds": args.rounds,
+            "bursts_a_round": args.bursts,
+            "answer_tokens": args.answer_tokens,
+            "class_size": CLASS_SIZE,
+            "passage_tokens": PASSAGE_TOKENS,
+            "open_files_client": limit,
+            "open_files_service": service_limit,
+            "workers": 1,
+        },
+        **result,
+    }
+
+
+# The report, made from the saved JSON.
+
+
+def _med(values: list[float]) -> str:
+    if not values:
+        return "–"
+    return f"{median(values):.1f} [{min(values):.1f}-{max(values):.1f}]"
+
+
+def report(r: dict[str, Any]) -> str:
+    s = r["settings"]
+    none = r["memory"][0]
+    changed = r.get("service_changed")
+    lines = [
+        "# benchmarks/open_pages.py: open pages on one service process",
+        "",
+        f"{r['date']}, checkout {r['checkout']}{' with service/ changed: ' + ', '.join(changed) if changed else ''}, "
+        f"{r['machine']['cpu']} ({r['machine']['cores']} cores), Python "
+        f"{r['machine']['python']}. One `classroom serve` process (1 worker) in front of the instant fake vLLM, Redis "
+        f"with fsync always; keep-alive every {s['keepalive_s']:g} s (`answer.keepalive_s`); open files "
+        f"{s['open_files_client']} (client), {s['open_files_service']} (service: soft hard).",
+        "",
+        "    .venv/bin/python -m benchmarks.open_pages "
+        f"--pages {' '.join(map(str, s['pages']))} --feeds {s['feeds']} --rounds {s['rounds']} "
+        f"--bursts {s['bursts_a_round']} --keepalive {s['keepalive_s']:g} --window {s['window_s']:g} "
+        f"--idle-window {s.get('idle_window_s', 0):g}",
+        "",
+        "| open pupil pages | service VmRSS | RssAnon | since none | a page, from none | a page, since the row above "
+        "| service's open files |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    s_pages = s["pages"][-1]
+    previous = none
+    for row in r["memory"]:
+        grown = row["VmRSS"] - none["VmRSS"]
+        per = f"{grown / row['pages']:.1f} KiB" if row["pages"] else "–"
+        step = row["pages"] - previous["pages"]
+        marginal = f"{(row['VmRSS'] - previous['VmRSS']) / step:.1f} KiB" if step else "–"
+        lines.append(
+            f"| {row['pages']:,} | {row['VmRSS'] / 1024:.1f} MiB | {row['RssAnon'] / 1024:.1f} MiB | "
+            f"+{grown / 1024:.1f} MiB | {per} | {marginal} | {row['fds']:,} |"
+        )
+        previous = row
+    if "after_idle" in r:  # the idle window's keep-alives made the collector run: garbage of the opening freed
+        row = r["after_idle"]
+        lines.append(
+            f"| {row['pages']:,}, after the idle window | {row['VmRSS'] / 1024:.1f} MiB | {row['RssAnon'] / 1024:.1f} "
+            f"MiB | +{(row['VmRSS'] - none['VmRSS']) / 1024:.1f} MiB | "
+            f"{(row['VmRSS'] - none['VmRSS']) / row['pages']:.1f} KiB | – | {row['fds']:,} |"
+        )
+    feeds = r["feeds"]
+    lines.append(
+        f"| + {feeds['feeds']} teacher feeds | {feeds['VmRSS'] / 1024:.1f} MiB | {feeds['RssAnon'] / 1024:.1f} MiB | "
+        f"+{(feeds['VmRSS'] - none['VmRSS']) / 1024:.1f} MiB | – | "
+        f"{(feeds['VmRSS'] - previous['VmRSS']) / max(feeds['feeds'], 1):.1f} KiB a feed | {feeds['fds']:,} |"
+    )
+    idle_none, idle_pages = r["idle_none"], r["idle_pages"]
+    extra = (
+        idle_pages["cpu_s"]["service"] - idle_none["cpu_s"]["service"] * idle_pages["window_s"] / idle_none["window_s"]
+    )
+    expected = idle_pages["pages"] * idle_pages["window_s"] / s["keepalive_s"]
+    per_ping = extra / idle_pages["pings"] * 1e6 if idle_pages["pings"] else float("nan")
+    lines += [
+        "",
+        "| idle window | pages | keep-alives received (expected) | service CPU | client | Redis | fake "
+        "| CPU a keep-alive |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for w, exp, per in ((idle_none, 0.0, "–"), (idle_pages, expected, f"**{per_ping:.0f} µs**")):
+        c = w["cpu_s"]
+        lines.append(
+            f"| {w['window_s']:g} s | {w['pages']:,} | {w['pings']:,} ({exp:,.0f}) | "
+            f"{c['service'] / w['window_s'] * 100:.2f} % of a core | {c['client'] / w['window_s'] * 100:.2f} % | "
+            f"{c['redis'] / w['window_s'] * 100:.2f} % | {c['fake'] / w['window_s'] * 100:.2f} % | {per} |"
+        )
+    rounds = r.get("idle_rounds", {})
+    if rounds.get("none") and rounds.get("pages"):
+        rate = {c: [w["cpu_s"]["service"] / w["window_s"] for w in rounds[c]] for c in ("none", "pages")}
+        base = median(rate["none"])
+        per_window = [
+            (w["cpu_s"]["service"] - base * w["window_s"]) / w["pings"] * 1e6 for w in rounds["pages"] if w["pings"]
+        ]
+        lines.append(
+            f"| {len(rounds['none'])} + {len(rounds['pages'])} windows of {s['idle_window_s']:g} s, alternating "
+            f"(rounds none, pages) | 0 / {rounds['pages'][0]['pages']:,} | "
+            f"{median([float(w['pings']) for w in rounds['pages']]):,.0f} a window | "
+            f"{_med([x * 100 for x in rate['none']])} / {_med([x * 100 for x in rate['pages']])} % of a core "
+            f"| – | – | – | **{_med(per_window)} µs** |"
+        )
+    lines += ["", "| Redis: the service's connections (pub/sub) | subscribers | channels |", "|---|---|---|"]
+    for name, key in (
+        ("nothing open", "redis_nothing_open"),
+        (f"{s_pages:,} pages + {s['feeds']} feeds open", "redis_all_open"),
+        (f"after the bursts (in a round of {r['redis_after_bursts'].get('state', '?')})", "redis_after_bursts"),
+    ):
+        c = r[key]
+        lines.append(
+            f"| {name}: {c['all']} ({c['pubsub']}) | {c.get('classroom_subscribers', 0):.0f} | "
+            f"{c.get('classroom_subscribed_channels', 0):.0f} |"
+        )
+    lines += [
+        "",
+        "| a class of 30 asks at once | bursts | TTFT p50 | TTFT p95 | last first token | errors | service CPU "
+        "a burst | feed events a burst | loop timers >10 ms late | load 1m |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    p95s: dict[str, float] = {}
+    for condition, label in CONDITIONS.items():
+        rows = r["bursts"][condition]
+        p95 = [b["ttft_ms"]["p95"] for b in rows if b["ttft_ms"]["p95"] is not None]
+        p95s[condition] = median(p95) if p95 else float("nan")
+        lines.append(
+            f"| {label.format(pages=f'{s_pages:,}', feeds=s['feeds'])} | {len(rows)} | "
+            f"{_med([b['ttft_ms']['p50'] for b in rows if b['ttft_ms']['p50']])} ms | **{_med(p95)} ms** | "
+            f"{_med([b['last_first_token_ms'] for b in rows if b['last_first_token_ms']])} ms | "
+            f"{sum(sum(b['errors'].values()) for b in rows)} | {_med([b['cpu_s']['service'] * 1000 for b in rows])} ms "
+            f"| {_med([float(b['feed_events']) for b in rows])} | "
+            f"{_med([b['loop_late'].get('0.01', 0.0) for b in rows])} | {_med([b['load_1m'] for b in rows])} |"
+        )
+    per_page = (r["memory"][-1]["VmRSS"] - none["VmRSS"]) / max(r["memory"][-1]["pages"], 1) * 1.024
+    ratio = p95s["all"] / p95s["none"] if p95s["none"] else float("nan")
+    cpu = {c: median([b["cpu_s"]["service"] for b in r["bursts"][c]] or [float("nan")]) for c in CONDITIONS}
+    events = median([b["feed_events"] for b in r["bursts"]["all"]] or [0]) or float("nan")
+    per_event = (cpu["all"] - cpu["pages"]) / events * 1e6
+    lines += [
+        "",
+        "| change of the pages open (then until the service is quiet) | times | opening or closing | then quiet after "
+        "| the first burst after it: TTFT p95 | its last first token | service CPU |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for was, to in dict.fromkeys((c["from"], c["to"]) for c in r["changes"] if c["from"] != c["to"]):
+        done = [c for c in r["changes"] if (c["from"], c["to"]) == (was, to)]
+        firsts = [c["first_burst"] for c in done]
+        lines.append(
+            f"| {was} → {to} | {len(done)} | {_med([c['change_s'] for c in done])} s | "
+            f"{_med([c['quiet_after_s'] for c in done])} s | "
+            f"{_med([b['ttft_ms']['p95'] for b in firsts if b['ttft_ms']['p95']])} ms | "
+            f"{_med([b['last_first_token_ms'] for b in firsts if b['last_first_token_ms']])} ms | "
+            f"{_med([b['cpu_s']['service'] * 1000 for b in firsts])} ms |"
+        )
+    lines += [
+        "",
+        f"Goals: ≤ 20 KB a page: {per_page:.1f} KB ({'met' if per_page <= 20 else 'not met'}); burst p95 with the "
+        f"pages and feeds within 10 %: {ratio:.2f}× ({'met' if ratio <= 1.10 else 'not met'}; pages alone "
+        f"{p95s['pages'] / p95s['none']:.2f}×). Pages that failed to open: {sum(r['failed_to_open'].values())}"
+        f"{' ' + str(r['failed_to_open']) if r['failed_to_open'] else ''}; closed by the service while idle: "
+        f"{r['pages_lost_while_idle']}. The feeds' "
+        f"fan-out: {events:,.0f} events a burst, the service's CPU a burst {cpu['all'] * 1000:.0f} ms with them "
+        f"against {cpu['pages'] * 1000:.0f} ms with the pages alone: {per_event:.0f} µs a feed event (medians).",
+        "",
+        FINDINGS,
+        "",
+        NOTES.format(
+            keepalive=s["keepalive_s"],
+            passage=s["passage_tokens"],
+            tokens=s["answer_tokens"],
+            feeds=s["feeds"],
+            quiet=QUIET_CORES,
+        ),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+NOTES = """What the figures are. *VmRSS*, *RssAnon*: the service process's, from /proc/PID/status, 5 s after the
+pages were opened; "a page, from none" is its growth since no page was open divided by the pages, "since the row
+above" the same for the last step only (without what the first pages pay once). Socket buffers are the kernel's,
+not in RSS. A page is a joined pupil's `GET /api/pupil/events`, read from its first `class` event; pupils are in
+classes of 30, each class with a passage of {passage} tokens of its own (random words, as the burst's class). A
+teacher feed is `GET /api/classrooms/ID/events` of the burst's class, all of them on that one class with the one
+teacher's cookie: a worst case of fan-out (a class has one teacher, who may have a few tabs open), {feeds} copies
+of every question event. *CPU a keep-alive*: the service's CPU (utime + stime) over the idle window with the pages
+open, less its CPU with none open over the same length of time, divided by the keep-alives the client counted
+(sse-starlette's `: ping` comment, one every {keepalive:g} s a page). *Redis*: `CLIENT LIST` entries on the
+service's database; pub/sub ones (flag P) in brackets; *subscribers*/*channels*: its `classroom_subscribers` and
+`classroom_subscribed_channels` gauges (the process's own listeners among them). *Burst*: 30 pupils of one class (a
+{passage}-token passage, warmed; the service's own prompt layout; fresh random 30-token questions) ask at once
+through the service; the fake answers {tokens} tokens at once. TTFT is from sending to the first `token` event;
+"last first token" from the burst's start to the last pupil's first token. *Feed events a burst*: `question` events
+the feeds received from the burst's start to a second after its last answer (2 a question a feed). Rounds go none,
+pages, all, all, pages, none, ... (none: nothing open; pages: the pupil pages; all: pages and feeds); between
+rounds of different conditions pages or feeds are closed or opened, then the benchmark waits until the service is
+quiet (below {quiet:g} of a core over a second, twice running) and sends one burst that is reported apart (the
+change table), then the measured ones; medians over every measured burst of a condition, [min-max]. Loop timers:
+`classroom_event_loop_lag_seconds` timers that fired over 10 ms late.
+
+The service's Redis pool keeps the connections it opened: opening pages 64 at a time takes up to 64 of them for a
+moment (a session read and the class's), so the count after opening is the pool's most, not what open pages hold.
+
+Caveats: the 2 cores are shared by the service, the client (which holds every page's socket and reads every
+keep-alive), the fake and Redis, and other work on the machine (load average in the table); the fake answers at
+once, so a burst measures the service's own work, not a model's. The client's sockets are on the same machine: each
+page is two sockets, one in the service's process. The 60 s idle windows are one each, the shorter ones alternate
+with the rounds; the service's own timers (the loop-lag watcher every 50 ms, probes) are in all of them."""
+
+
+FINDINGS = """Where it goes, diagnosed apart on 2026-12-06 (a88d742 with the working tree of then and ada48b5;
+scripts outside the repository, not re-run by this one):
+
+- *Memory of a page*: tracemalloc in the service (2,000 pages, passages of ~120 words, 57 KiB traced a page):
+  anyio's objects for sse-starlette's four tasks a response (task group, cancel scopes, events) 17 KiB, FastAPI's
+  routing and dependency frames 7 KiB, uvicorn's protocol and request cycle 7 KiB, sse-starlette 4 KiB, and the
+  page's own copy of its class: `ClassNotices.watch` re-reads the class for every page that opens
+  (service/classroom/notices.py:40, `ClassCache.reload`: a Redis round trip, the passage parsed, its system message
+  rendered again, service/classroom/class_cache.py:74) and the page keeps that copy, with its `ClassNotice` and its
+  JSON (service/api/pupil.py:93-99), as long as it is open: 30 copies a class. With the benchmark's 1000-token
+  passages a page costs ~71 KiB against ~50 KiB with ~120-word ones (the same run otherwise).
+
+- *A keep-alive*: sse-starlette's `_ping` formats a datetime and sends under an anyio lock and a `move_on_after`
+  cancel scope (py-spy); the service's own `EventStream` (service/api/event_stream.py) keeps a page with one task
+  and a timer, which the pupil's page (service/api/pupil.py:101) does not use.
+
+- *Garbage collection*: with 10,000 pages open the process holds ~2.9 million objects the collector tracks (~270 a
+  page; `gc.callbacks` in a wrapper of `classroom serve`); a full collection then takes 1.0-1.7 s here, the event
+  loop stopped (the outliers of 2.5-3.4 s). After the pages close, the first requests wait for one
+  collection that frees them all (a generation-0 collection of 436,233 objects took 2.1 s): the change table's
+  first bursts after *→ none*.
+
+- *The feeds*: every open feed gets every event of its class, and each is a send of its own through sse-starlette
+  (lock, cancel scope, the middlewares' send wrappers, a socket write): 200 feeds make a burst's 60 events 12,000
+  writes on the one event loop, most of them (the "asked" events) before the answers' first tokens. Before ada48b5
+  each feed also parsed and re-encoded every message (~55 µs a feed event in a run then; since, the event is made
+  once for all, service/api/teacher.py `_question_event`).
+
+The five full runs made while writing this file (the first three on a88d742 with the working tree of then, the
+first two with ~120-word passages and the first bursts after a change not yet set apart, so a stall after the pages
+closed counted in *none*; the last two on ada48b5, the last this file's): a page 49.8, 50.0, 71.8, 70.7, 70.5 KiB;
+a keep-alive 80, 108, 91, 140, 83 µs (60 s windows); the burst's p95 with pages and feeds 7.6, 4.2, 6.5, 3.7, 3.8×
+that with nothing open, with the pages alone 0.96 (run 2), 1.33, 1.38, 2.22×; no error in any burst, no page failed
+to open or was closed."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pages", type=int, nargs="+", default=[1000, 5000, 10000], help="open pupil pages, in steps")
+    parser.add_argument("--feeds", type=int, default=200, help="teacher feeds of the burst's class")
+    parser.add_argument("--keepalive", type=float, default=10.0, help="the service's answer.keepalive_s")
+    parser.add_argument("--window", type=float, default=60.0, help="seconds of each idle CPU window")
+    parser.add_argument(
+        "--idle-window", type=float, default=20.0, help="seconds of an idle CPU window in each none and pages round"
+    )
+    parser.add_argument("--rounds", type=int, default=4, help="burst rounds of each condition, alternating")
+    parser.add_argument("--bursts", type=int, default=2, help="bursts a round")
+    parser.add_argument("--pause", type=float, default=2.0, help="seconds between bursts")
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds before memory is read after opening")
+    parser.add_argument("--answer-tokens", type=int, default=128, help="tokens of each of the fake's answers")
+    parser.add_argument(
+        "--classroom", type=Path, default=Path(sys.executable).with_name("classroom"), help="the service's command"
+    )
+    parser.add_argument("--quick", action="store_true", help="small numbers, a smoke check; writes nothing")
+    parser.add_argument("--no-write", action="store_true", help="print the table only")
+    parser.add_argument("--report", action="store_true", help="open-pages.md again from the saved JSON, nothing run")
+    args = parser.parse_args()
+    if args.report:
+        table = report(json.loads(RESULTS.read_text()))
+        REPORT.write_text(table)
+        print(table + f"\nwritten to {REPORT.relative_to(PROJECT_ROOT)}")
+        return
+    if args.quick:
+        args.pages, args.feeds, args.keepalive, args.window = [100, 300], 20, 1.0, 3.0
+        args.rounds, args.bursts, args.no_write, args.idle_window = 1, 1, True, 2.0
+        args.settle, args.pause = 1.0, 0.5
+    args.pages = sorted(args.pages)
+    result = run(args)
+    table = report(result)
+    print("\n" + table)
+    if not args.no_write:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+        REPORT.write_text(table)
+        print(f"written to {RESULTS.relative_to(PROJECT_ROOT)} and {REPORT.relative_to(PROJECT_ROOT)}")
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: the parts it started are stopped too
+    with contextlib.suppress(KeyboardInterrupt):
+        main()
