@@ -47,7 +47,7 @@ from service.services import Services
 from service.settings import PROJECT_ROOT
 from service.store import RECENT_S, Keys, Store
 from service.store.ids import new_id
-from service.store.stats import HOUR, Tally, adding, window_reads
+from service.store.stats import HOUR, Tally, adding, tally_of, window_reads
 
 RESULTS = PROJECT_ROOT / "benchmarks" / "results" / "operator_refresh.json"
 CLASSES, TEACHERS, SCHOOL_DAYS, SCHOOL_HOURS = 2000, 400, 180, 7
@@ -133,8 +133,8 @@ async def seed(redis: Redis, n: int, busy: int, now: float, rng: random.Random) 
             record = question(rng, classroom, asked)
             records.append(record)
             keys, args = adding(record)
-            tally = Tally.unpacked(str(args[0]))
-            for key, name in zip([keys[0]] * 3 + [keys[1]] * 2 + [keys[2]] * 2, args[2:], strict=True):
+            tally = tally_of(record)
+            for key, name in zip([keys[0]] * 3 + [keys[1]] * 2 + [keys[2]] * 2, args[7:], strict=True):
                 tallies.setdefault((key, str(name)), Tally()).add(tally)
         for chunk in range(0, len(records), 5000):
             async with redis.pipeline(transaction=False) as batch:
@@ -146,9 +146,9 @@ async def seed(redis: Redis, n: int, busy: int, now: float, rng: random.Random) 
                         batch.zadd(Keys.recent_questions(), {record.id: asked})
                         in_window += 1
                 await batch.execute()
-        by_key: dict[str, dict[str, str]] = {}
+        by_key: dict[str, dict[str, int]] = {}
         for (key, name), tally in tallies.items():
-            by_key.setdefault(key, {})[name] = tally.packed()
+            by_key.setdefault(key, {}).update(tally.fields(name))
         async with redis.pipeline(transaction=False) as batch:
             for key, mapping in by_key.items():
                 batch.hset(key, mapping=mapping)  # type: ignore[arg-type]  # redis-py's mapping type is too narrow

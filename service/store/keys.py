@@ -34,12 +34,12 @@ Keys:
     questions:recent                      sorted set of question ids of the last day, by time (operators' figures)
     questions:answering                   sorted set of the question ids whose answer is being written, by
                                           when their writer's lease lapses
-    stats:{hour}                          hash: the operators' figures of the questions asked in the hour (its
-                                          start, epoch s), each a packed tally (store/stats.py): the hour's per
+    tallies:{hour}                        hash: the operators' figures of the questions asked in the hour (its
+                                          start, epoch s), a field a scope and figure (store/stats.py): the hour's per
                                           replica and class, and per minute and variant; kept until a day after
                                           the hour, as are the next two
-    stats:{ten}:ten                       hash: the same for ten minutes (from {ten}), per replica and class
-    stats:{minute}:minute                 hash: the same for a minute
+    tallies:{ten}:ten                     hash: the same for ten minutes (from {ten}), per replica and class
+    tallies:{minute}:minute               hash: the same for a minute
     tmp:{id}                              a list's question ids, for the one transaction that reads them
     retention:sweep                       set, for one round, by the process that archives questions past retention
     backends:config                       BackendConfig: variants, replicas, active variant, canary
@@ -183,16 +183,16 @@ class Keys:
     @staticmethod
     def stats(hour: int) -> str:
         """The operators' figures of the questions asked in the hour that starts at `hour` (epoch s)."""
-        return f"stats:{hour}"
+        return f"tallies:{hour}"
 
     @staticmethod
     def stats_ten(ten: int) -> str:
         """The same figures, of the ten minutes that start at `ten` (epoch s)."""
-        return f"stats:{ten}:ten"
+        return f"tallies:{ten}:ten"
 
     @staticmethod
     def stats_minute(minute: int) -> str:
-        return f"stats:{minute}:minute"
+        return f"tallies:{minute}:minute"
 
     @staticmethod
     def warmed(passage_id: str) -> str:

@@ -7,20 +7,21 @@ appears when it ends (or is swept as cut short). FINISH run twice (a command ret
 counts once: it counts only while the record it replaces still says `answering`; ABANDON counts only when it
 replaces the record; REFUSE only when there was none.
 
-A hash for each hour, ten minutes and minute (its start in epoch seconds), fields named by scope: `replica:{url}`,
-`class:{id}`; an hour's also holds its per-minute series, `{minute of the hour}|variant:{name}`:
+A hash for each hour, ten minutes and minute (its start in epoch seconds), its fields named by scope and figure,
+`{scope}|{figure}`; scopes `replica:{url}`, `class:{id}`, and in an hour's, its per-minute series,
+`{minute of the hour}|variant:{name}`:
 
-    stats:{hour}              replica:{r}, class:{id}: the hour's; {minute}|variant:{v}: the series (a variant's
+    tallies:{hour}            replica:{r}, class:{id}: the hour's; {minute}|variant:{v}: the series (a variant's
                               and the overall totals too)
-    stats:{ten}:ten           replica:{r}, class:{id}: the ten minutes'
-    stats:{minute}:minute     replica:{r}, class:{id}: the minute's
+    tallies:{ten}:ten         replica:{r}, class:{id}: the ten minutes'
+    tallies:{minute}:minute   replica:{r}, class:{id}: the minute's
 
 so a window reads each of its hours' hash (the series), and the totals of the fewest blocks that make it up: its
 whole hours, then whole ten minutes and minutes at its edges (at most 5 and 9 an edge; none at the end of one
-that ends now): a field per scope active in each block read, however many questions it asked. Each value is a
-`Tally` packed as integers between spaces: questions, answered, errors, prompt tokens, cached tokens, then
-(bucket, count) pairs of the time-to-first-token histogram, by bucket (one field a scope, not one a figure and
-bucket: the reader pays per field, about 1 µs, whatever it holds); a hash lives until a day after its hour ends.
+that ends now). A figure is `q` (questions), `a` (answered), `e` (errors), `p` (prompt tokens), `c` (cached
+tokens), or a bucket of the time-to-first-token histogram (its number): each an integer the scripts add to with
+HINCRBY, so that storing a question's end costs Redis a few microseconds a figure whatever the hash holds (a
+figure that is 0 is not written); a hash lives until a day after its hour ends.
 """
 
 import math
@@ -43,6 +44,8 @@ KEPT_S = REACH_S + 600
 TTFT_RATIO = 1.025
 TTFT_FLOOR_MS = 0.01
 _LOG_RATIO = math.log(TTFT_RATIO)
+# The counts' figures, as the scripts name them (scripts.STATS's FIGURES): the rest are buckets.
+FIGURES = ("q", "a", "e", "p", "c")
 
 
 def ttft_bucket(ttft_ms: float) -> int:
@@ -70,17 +73,27 @@ class Tally:
         for bucket, count in other.ttft.items():
             self.ttft[bucket] = self.ttft.get(bucket, 0) + count
 
-    def packed(self) -> str:
-        """As the scripts keep it (STATS's `tally_add` writes the same: buckets in order)."""
-        counts = [self.questions, self.answered, self.errors, self.prompt_tokens, self.cached_tokens]
-        for bucket, count in sorted(self.ttft.items()):
-            counts += [bucket, count]
-        return " ".join(map(str, counts))
+    def fields(self, scope: str) -> dict[str, int]:
+        """The hash fields `scope` holds for this tally, as the scripts write them (none for a figure of 0)."""
+        counts = (self.questions, self.answered, self.errors, self.prompt_tokens, self.cached_tokens)
+        found = {f"{scope}|{figure}": n for figure, n in zip(FIGURES, counts, strict=True) if n}
+        return found | {f"{scope}|{bucket}": n for bucket, n in self.ttft.items() if n}
 
-    @classmethod
-    def unpacked(cls, packed: bytes | str) -> "Tally":
-        questions, answered, errors, prompt, cached, *ttft = map(int, packed.split())
-        return cls(questions, answered, errors, prompt, cached, dict(zip(ttft[::2], ttft[1::2], strict=True)))
+    def take(self, figure: bytes, value: int) -> None:
+        """One figure of a hash's field added."""
+        if figure == b"q":
+            self.questions += value
+        elif figure == b"a":
+            self.answered += value
+        elif figure == b"e":
+            self.errors += value
+        elif figure == b"p":
+            self.prompt_tokens += value
+        elif figure == b"c":
+            self.cached_tokens += value
+        else:
+            bucket = int(figure)
+            self.ttft[bucket] = self.ttft.get(bucket, 0) + value
 
 
 def tally_of(record: QuestionRecord) -> Tally:
@@ -107,7 +120,10 @@ def adding(record: QuestionRecord) -> tuple[list[str], list[str | int]]:
     scopes = [f"replica:{record.replica or 'none'}", f"class:{record.classroom_id}"]
     series = f"{(minute - hour) // MINUTE}|variant:{record.variant or 'none'}"
     keys = [Keys.stats(hour), Keys.stats_ten(ten), Keys.stats_minute(minute)]
-    return keys, [tally_of(record).packed(), hour + HOUR + KEPT_S, series, *scopes, *scopes, *scopes]
+    tally = tally_of(record)
+    counts: list[str | int] = [tally.questions, tally.answered, tally.errors, tally.prompt_tokens, tally.cached_tokens]
+    bucket = next(iter(tally.ttft), "")
+    return keys, [*counts, bucket, hour + HOUR + KEPT_S, series, *scopes, *scopes, *scopes]
 
 
 @dataclass
@@ -172,17 +188,23 @@ class StatsStore(StoreBase):
             replies = await tx.execute()
         totals = {b"replica": window.by_replica, b"class": window.by_classroom}
         for (series_hour, counts), reply in zip(reads.hashes.values(), replies, strict=True):
-            for name, packed in reply.items():
-                slot, _, scope = name.partition(b"|")
+            tallies: dict[bytes, Tally] = {}
+            for name, value in reply.items():
+                scope, _, figure = name.rpartition(b"|")
+                if (tally := tallies.get(scope)) is None:
+                    tally = tallies[scope] = Tally()
+                tally.take(figure, int(value))
+            for scope, tally in tallies.items():
+                slot, _, of = scope.partition(b"|")
                 if not slot.isdigit():  # a scope's total
                     if counts:
-                        kind, _, of = name.partition(b":")
-                        _add(totals[kind], of.decode(), Tally.unpacked(packed))
+                        kind, _, name = scope.partition(b":")
+                        _add(totals[kind], name.decode(), tally)
                 elif (
                     series_hour is not None
                     and 0 <= (minute := (series_hour - first) // MINUTE + int(slot)) < window.minutes
                 ):
-                    window.series.setdefault(scope.partition(b":")[2].decode(), {})[minute] = Tally.unpacked(packed)
+                    window.series.setdefault(of.partition(b":")[2].decode(), {})[minute] = tally
         return window
 
 
