@@ -134,7 +134,7 @@ async def seed(redis: Redis, n: int, busy: int, now: float, rng: random.Random) 
             records.append(record)
             keys, args = adding(record)
             tally = tally_of(record)
-            for key, name in zip([keys[0]] * 3 + [keys[1]] * 2 + [keys[2]] * 2, args[7:], strict=True):
+            for key, name in zip([keys[3], *[keys[0]] * 2, *[keys[1]] * 2, *[keys[2]] * 2], args[7:], strict=True):
                 tallies.setdefault((key, str(name)), Tally()).add(tally)
         for chunk in range(0, len(records), 5000):
             async with redis.pipeline(transaction=False) as batch:
@@ -222,7 +222,8 @@ async def timed(step: Callable[[], Awaitable[object]], repeats: int) -> dict[str
 
 async def fields_read(redis: Redis, window_s: int) -> tuple[int, int]:
     """How many hashes and fields `stats_window` reads for a window ending now."""
-    keys = list(window_reads(time.time() - window_s).hashes)
+    reads = window_reads(time.time() - window_s)
+    keys = [*reads.series, *reads.totals]
     async with redis.pipeline(transaction=False) as batch:
         for key in keys:
             batch.hlen(key)

@@ -169,7 +169,8 @@ async def _counted_once(redis_url: str) -> None:
         # Kept until a day after the hour ends (and a margin), then gone.
         at = int(asked.timestamp())
         hour = at // HOUR * HOUR
-        for key in (Keys.stats(hour), Keys.stats_ten(at // TEN * TEN), Keys.stats_minute(at // MINUTE * MINUTE)):
+        ten, minute = at // TEN * TEN, at // MINUTE * MINUTE
+        for key in (Keys.stats(hour), Keys.stats_ten(ten), Keys.stats_minute(minute), Keys.stats_series(hour)):
             assert await store.redis.expiretime(key) == hour + HOUR + KEPT_S
 
 

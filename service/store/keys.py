@@ -35,11 +35,12 @@ Keys:
     questions:answering                   sorted set of the question ids whose answer is being written, by
                                           when their writer's lease lapses
     tallies:{hour}                        hash: the operators' figures of the questions asked in the hour (its
-                                          start, epoch s), a field a scope and figure (store/stats.py): the hour's per
-                                          replica and class, and per minute and variant; kept until a day after
-                                          the hour, as are the next two
+                                          start, epoch s), a field a scope and figure (store/stats.py): the hour's
+                                          per replica and class; kept until a day after the hour, as are the next
+                                          three
     tallies:{ten}:ten                     hash: the same for ten minutes (from {ten}), per replica and class
     tallies:{minute}:minute               hash: the same for a minute
+    tallies:{hour}:series                 hash: the hour's per minute and variant
     tmp:{id}                              a list's question ids, for the one transaction that reads them
     retention:sweep                       set, for one round, by the process that archives questions past retention
     backends:config                       BackendConfig: variants, replicas, active variant, canary
@@ -193,6 +194,11 @@ class Keys:
     @staticmethod
     def stats_minute(minute: int) -> str:
         return f"tallies:{minute}:minute"
+
+    @staticmethod
+    def stats_series(hour: int) -> str:
+        """The hour's figures a minute and variant, for the operators' charts."""
+        return f"tallies:{hour}:series"
 
     @staticmethod
     def warmed(passage_id: str) -> str:

@@ -123,17 +123,18 @@ return {'ok'}
 )
 
 # A question's final record added to the operators' figures (service/store/stats.py says how they are kept): its
-# counts added to its scopes' fields of its hour's hash (three scopes), its ten minutes' (two) and its minute's
-# (two), all kept until a day after the hour. One HINCRBY a figure that is not 0: a question costs Redis ~80 us
-# here, where merging packed tallies cost ~1 ms (a class's histogram parsed and written back seven times).
-# KEYS (from the k-th): the three hashes. ARGV (from the a-th): the question's five counts (questions, answered,
-# errors, prompt tokens, cached tokens), its time-to-first-token bucket ('' if none), when the hashes expire
-# (epoch s), the seven scopes (three, two and two).
+# counts added to its scopes' fields of its hour's series (one scope), its hour's hash (two), its ten minutes'
+# (two) and its minute's (two), all kept until a day after the hour. One HINCRBY a figure that is not 0: a
+# question costs Redis ~0.19 ms of CPU here, where merging packed tallies cost ~1.2 ms (a class's histogram
+# parsed and written back seven times: benchmarks/tallies_lua.py).
+# KEYS (from the k-th): the hour's, ten minutes', minute's and series' hashes. ARGV (from the a-th): the
+# question's five counts (questions, answered, errors, prompt tokens, cached tokens), its time-to-first-token
+# bucket ('' if none), when the hashes expire (epoch s), the seven scopes (series, then two a hash).
 STATS = """
 local FIGURES = {'q', 'a', 'e', 'p', 'c'}
 local function stats_add(k, a)
   local bucket = ARGV[a + 5]
-  for i, hash in ipairs({0, 0, 0, 1, 1, 2, 2}) do
+  for i, hash in ipairs({3, 0, 0, 1, 1, 2, 2}) do
     local key, scope = KEYS[k + hash], ARGV[a + 6 + i] .. '|'
     for j = 1, 5 do
       local n = ARGV[a + j - 1]
@@ -141,12 +142,12 @@ local function stats_add(k, a)
     end
     if bucket ~= '' then redis.call('HINCRBY', key, scope .. bucket, 1) end
   end
-  for hash = 0, 2 do redis.call('EXPIREAT', KEYS[k + hash], ARGV[a + 6]) end
+  for hash = 0, 3 do redis.call('EXPIREAT', KEYS[k + hash], ARGV[a + 6]) end
 end
 """
 
 # A question refused at admission (the line was full), stored as such, and counted in the operators' figures
-# unless it was stored already (run twice). KEYS and ARGV as STORE_RECORD's, then KEYS 8-10 and ARGV 5-18
+# unless it was stored already (run twice). KEYS and ARGV as STORE_RECORD's, then KEYS 8-11 and ARGV 5-18
 # STATS's.
 REFUSE = (
     STORE_RECORD
@@ -163,7 +164,7 @@ return 1
 # and its turn (running or still in line) given to the next in line. It counts in the operators' figures if the
 # record it replaces is still being answered: run twice, or after the sweeper finished it, it counts no more.
 # KEYS: 1 question, 2 class events, 3 pupil answering, 4 turns running, 5 turns classes, 6 answers being
-#       written, 7-9 STATS's.
+#       written, 7-10 STATS's.
 # ARGV: 1 record JSON, 2 question id, 3 most running (0: it took no turn), 4 the class lines' key prefix,
 #       5 classroom id, 6 now (s), 7 when a turn given now lapses, 8 the turns' channel, 9-22 STATS's.
 FINISH = (
@@ -194,7 +195,7 @@ return 1
 # An abandoned answer's record finished as cut short, unless it changed since it was read: compare and set.
 # It leaves the index of answers being written, unless it changed and is still being written (its process
 # stored more of its text since: it is alive after all). Finished, it counts in the operators' figures.
-# KEYS: 1 question, 2 class events, 3 answers being written, 4-6 STATS's. ARGV: 1 the record as read, 2 as
+# KEYS: 1 question, 2 class events, 3 answers being written, 4-7 STATS's. ARGV: 1 the record as read, 2 as
 # finished, 3 id, 4-17 STATS's.
 ABANDON = (
     STATS

@@ -7,16 +7,15 @@ appears when it ends (or is swept as cut short). FINISH run twice (a command ret
 counts once: it counts only while the record it replaces still says `answering`; ABANDON counts only when it
 replaces the record; REFUSE only when there was none.
 
-A hash for each hour, ten minutes and minute (its start in epoch seconds), its fields named by scope and figure,
-`{scope}|{figure}`; scopes `replica:{url}`, `class:{id}`, and in an hour's, its per-minute series,
-`{minute of the hour}|variant:{name}`:
+A hash for each hour, ten minutes and minute (its start in epoch seconds), and one for an hour's per-minute series,
+its fields named by scope and figure, `{scope}|{figure}`:
 
-    tallies:{hour}            replica:{r}, class:{id}: the hour's; {minute}|variant:{v}: the series (a variant's
-                              and the overall totals too)
+    tallies:{hour}            replica:{r}, class:{id}: the hour's
     tallies:{ten}:ten         replica:{r}, class:{id}: the ten minutes'
     tallies:{minute}:minute   replica:{r}, class:{id}: the minute's
+    tallies:{hour}:series     {minute of the hour}|variant:{v}: the series, a variant's a minute
 
-so a window reads each of its hours' hash (the series), and the totals of the fewest blocks that make it up: its
+so a window reads each of its hours' series, and the totals of the fewest blocks that make it up: its
 whole hours, then whole ten minutes and minutes at its edges (at most 5 and 9 an edge; none at the end of one
 that ends now). A figure is `q` (questions), `a` (answered), `e` (errors), `p` (prompt tokens), `c` (cached
 tokens), or a bucket of the time-to-first-token histogram (its number): each an integer the scripts add to with
@@ -81,7 +80,10 @@ class Tally:
 
     def take(self, figure: bytes, value: int) -> None:
         """One figure of a hash's field added."""
-        if figure == b"q":
+        if figure[0] < 0x61:  # a digit or '-': a bucket, as most fields are
+            bucket = int(figure)
+            self.ttft[bucket] = self.ttft.get(bucket, 0) + value
+        elif figure == b"q":
             self.questions += value
         elif figure == b"a":
             self.answered += value
@@ -91,9 +93,6 @@ class Tally:
             self.prompt_tokens += value
         elif figure == b"c":
             self.cached_tokens += value
-        else:
-            bucket = int(figure)
-            self.ttft[bucket] = self.ttft.get(bucket, 0) + value
 
 
 def tally_of(record: QuestionRecord) -> Tally:
@@ -119,7 +118,7 @@ def adding(record: QuestionRecord) -> tuple[list[str], list[str | int]]:
     hour, ten, minute = asked - asked % HOUR, asked - asked % TEN, asked - asked % MINUTE
     scopes = [f"replica:{record.replica or 'none'}", f"class:{record.classroom_id}"]
     series = f"{(minute - hour) // MINUTE}|variant:{record.variant or 'none'}"
-    keys = [Keys.stats(hour), Keys.stats_ten(ten), Keys.stats_minute(minute)]
+    keys = [Keys.stats(hour), Keys.stats_ten(ten), Keys.stats_minute(minute), Keys.stats_series(hour)]
     tally = tally_of(record)
     counts: list[str | int] = [tally.questions, tally.answered, tally.errors, tally.prompt_tokens, tally.cached_tokens]
     bucket = next(iter(tally.ttft), "")
@@ -140,18 +139,19 @@ class StatsWindow:
 
 @dataclass(frozen=True)
 class Reads:
-    """A window's minutes, [`first`, `end`) in epoch s, and the hashes that make it up, each with the hour whose
-    series it holds (an hour's hash) and whether its totals count."""
+    """A window's minutes, [`first`, `end`) in epoch s, and the hashes that make it up: each hour's series (its
+    hash, with the hour), and the blocks whose totals count."""
 
     first: int
     end: int
-    hashes: dict[str, tuple[int | None, bool]]
+    series: dict[str, int]
+    totals: list[str]
 
 
 def window_reads(since: float, until: float | None = None) -> Reads:
-    """Each hour's hash (for its series), and the fewest blocks that make up the window from the minute holding
-    `since` to the one holding `until` (None: now): its whole hours, then whole ten minutes, then minutes. Up to now,
-    the block that holds now counts whole (none of its questions was asked later)."""
+    """Each hour's series, and the fewest blocks that make up the window from the minute holding `since` to the
+    one holding `until` (None: now): its whole hours, then whole ten minutes, then minutes. Up to now, the block
+    that holds now counts whole (none of its questions was asked later)."""
     now = until is None
     until = time.time() if until is None else until
     first, end = int(since) - int(since) % MINUTE, int(until) - int(until) % MINUTE + MINUTE
@@ -159,19 +159,19 @@ def window_reads(since: float, until: float | None = None) -> Reads:
     def whole(start: int, length: int) -> bool:  # a block whose questions are all in the window
         return first <= start and (start + length <= end or now)
 
-    hashes: dict[str, tuple[int | None, bool]] = {}
+    series: dict[str, int] = {}
+    totals: list[str] = []
     for hour in range(first - first % HOUR, end, HOUR):
-        hashes[Keys.stats(hour)] = (hour, whole(hour, HOUR))
+        series[Keys.stats_series(hour)] = hour
         if whole(hour, HOUR):
+            totals.append(Keys.stats(hour))
             continue
         for ten in range(max(hour, first - first % TEN), min(hour + HOUR, end), TEN):
             if whole(ten, TEN):
-                hashes[Keys.stats_ten(ten)] = (None, True)
+                totals.append(Keys.stats_ten(ten))
             else:
-                hashes |= {
-                    Keys.stats_minute(m): (None, True) for m in range(max(ten, first), min(ten + TEN, end), MINUTE)
-                }
-    return Reads(first, end, hashes)
+                totals += [Keys.stats_minute(m) for m in range(max(ten, first), min(ten + TEN, end), MINUTE)]
+    return Reads(first, end, series, totals)
 
 
 class StatsStore(StoreBase):
@@ -183,29 +183,31 @@ class StatsStore(StoreBase):
         first = reads.first
         window = StatsWindow(start=first, minutes=(reads.end - first) // MINUTE)
         async with self.redis.pipeline(transaction=True) as tx:
-            for key in reads.hashes:
+            for key in [*reads.series, *reads.totals]:
                 tx.hgetall(key)
             replies = await tx.execute()
+        for hour, reply in zip(reads.series.values(), replies, strict=False):
+            for scope, tally in _tallies(reply).items():
+                slot, _, variant = scope.partition(b"|")
+                if 0 <= (minute := (hour - first) // MINUTE + int(slot)) < window.minutes:
+                    window.series.setdefault(variant.partition(b":")[2].decode(), {})[minute] = tally
         totals = {b"replica": window.by_replica, b"class": window.by_classroom}
-        for (series_hour, counts), reply in zip(reads.hashes.values(), replies, strict=True):
-            tallies: dict[bytes, Tally] = {}
-            for name, value in reply.items():
-                scope, _, figure = name.rpartition(b"|")
-                if (tally := tallies.get(scope)) is None:
-                    tally = tallies[scope] = Tally()
-                tally.take(figure, int(value))
-            for scope, tally in tallies.items():
-                slot, _, of = scope.partition(b"|")
-                if not slot.isdigit():  # a scope's total
-                    if counts:
-                        kind, _, name = scope.partition(b":")
-                        _add(totals[kind], name.decode(), tally)
-                elif (
-                    series_hour is not None
-                    and 0 <= (minute := (series_hour - first) // MINUTE + int(slot)) < window.minutes
-                ):
-                    window.series.setdefault(of.partition(b":")[2].decode(), {})[minute] = tally
+        for reply in replies[len(reads.series) :]:
+            for scope, tally in _tallies(reply).items():
+                kind, _, name = scope.partition(b":")
+                _add(totals[kind], name.decode(), tally)
         return window
+
+
+def _tallies(reply: dict[bytes, bytes]) -> dict[bytes, Tally]:
+    """A hash's fields, `{scope}|{figure}`, as a tally a scope."""
+    found: dict[bytes, Tally] = {}
+    for name, value in reply.items():
+        scope, _, figure = name.rpartition(b"|")
+        if (tally := found.get(scope)) is None:
+            tally = found[scope] = Tally()
+        tally.take(figure, int(value))
+    return found
 
 
 def _add(tallies: dict[str, Tally], name: str, tally: Tally) -> None:
