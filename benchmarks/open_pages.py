@@ -91,7 +91,7 @@ PUPIL_COOKIE = "classroom_pupil"
 TEACHER_COOKIE = "classroom_teacher"
 SERVICE_DB = 1
 OPENING = 64  # pages being opened at once
-PING = b": ping"  # sse-starlette's keep-alive comment
+PING = b": keep-alive"  # the service's keep-alive comment (service/api/event_stream.py)
 QUESTION_EVENT = b"event: question"
 
 

@@ -24,6 +24,7 @@ from service.classroom.notices import ClassNotices
 from service.classroom.prompting import Prompts
 from service.classroom.publishing import Passages
 from service.classroom.retention import Retention
+from service.draining import Draining
 from service.model_manifest import ModelManifest, read_manifest
 from service.settings import Settings
 from service.store import RateLimit, Store, connect, open_connections
@@ -46,6 +47,7 @@ class Services:
     scrape: Scrape
     answering: Answering
     notices: ClassNotices
+    draining: Draining  # the open pages' streams, ended when the server begins to stop
     archive: QuestionArchive
     model: ModelManifest | None
     served_name: str  # what vLLM serves the model under, and every request names
@@ -150,6 +152,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             scrape=scrape,
             answering=answering,
             notices=notices,
+            draining=Draining(),
             archive=archive,
             model=read_manifest(settings.model.dir),
             served_name=model,

@@ -16,10 +16,11 @@ from starlette.types import Message, Receive, Scope, Send
 
 from service.api import question_lane
 from service.api.bodies import JSON_BODY_MAX_BYTES
+from service.api.deps import PUPIL_COOKIE
 from service.api.handlers import install_error_handlers
 from service.api.question_lane import LANE_MAX_BYTES, QuestionLane
 from service.api.schemas import AskQuestion
-from service.errors import WrongClassroom
+from service.errors import NotJoined, WrongClassroom
 from service.services import Services
 
 Call = tuple[Services, str | None, str, AskQuestion, str]
@@ -178,3 +179,32 @@ def test_an_unexpected_error_goes_on_to_the_servers_error_handler(
     monkeypatch.setattr(question_lane, "answer_question", raising(KeyError("a bug")))
     with pytest.raises(KeyError):
         request(QuestionLane(Route()), app, [b'{"question": "Why?"}'])
+
+
+def test_an_open_pupil_page_goes_to_the_routes_function_with_its_cookie(
+    app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[tuple[Any, str | None]] = []
+
+    async def pupil_notices(services: Any, token: str | None) -> Response:
+        opened.append((services, token))
+        return Response(status_code=298)
+
+    monkeypatch.setattr(question_lane, "pupil_notices", pupil_notices)
+    route = Route()
+    cookie = {"cookie": f"theme=dark; {PUPIL_COOKIE}=tok-1"}
+    assert request(QuestionLane(route), app, [b""], method="GET", path="/api/pupil/events", headers=cookie)[0] == 298
+    assert opened == [(app.state.services, "tok-1")] and route.bodies == []
+    # Not the page's stream: the route, as before.
+    for method, path in [("HEAD", "/api/pupil/events"), ("GET", "/api/pupil/events/x"), ("GET", "/api/pupil/me")]:
+        assert request(QuestionLane(route), app, [b""], method=method, path=path, headers=cookie)[0] == 299
+    assert len(opened) == 1
+
+
+def test_what_opening_a_page_raises_is_answered_by_the_apps_own_handlers(
+    app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(question_lane, "pupil_notices", raising(NotJoined()))
+    status, body = request(QuestionLane(Route()), app, [b""], method="GET", path="/api/pupil/events")
+    assert status == 401
+    assert orjson.loads(body)["error"]["code"] == NotJoined().code

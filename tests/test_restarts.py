@@ -210,6 +210,29 @@ class Asking(threading.Thread):
             stream(self.pupil, self.classroom_id, asked)
 
 
+class OpenPage(threading.Thread):
+    """A page's endless event stream (a pupil's class notices, a teacher's live feed), held open until the
+    service ends it: `ended` says how, "closed" (the response ended, as a server that stops ends it) or the
+    error that cut it."""
+
+    def __init__(self, client: httpx.Client, path: str) -> None:
+        super().__init__(daemon=True)
+        self.client, self.path = client, path
+        self.opened = threading.Event()
+        self.ended: str | None = None
+
+    def run(self) -> None:
+        try:
+            with self.client.stream("GET", self.path, timeout=httpx.Timeout(10, read=None)) as response:
+                assert response.status_code == 200, response.status_code
+                self.opened.set()
+                for _ in response.iter_bytes():
+                    pass
+            self.ended = "closed"
+        except Exception as exc:  # the connection cut: what a SIGKILL leaves
+            self.ended = f"{type(exc).__name__}: {exc}"
+
+
 def all_streaming(askers: list[Asking], timeout_s: float = 60) -> None:
     """Wait until every pupil's first answer has begun to stream."""
     for asker in askers:
@@ -464,6 +487,7 @@ class Restart:
     school: Class
     asked_again: dict[str, httpx.Response]  # each pupil asking as soon as the new process is up
     asked_again_s: float  # seconds after the process exited that they did
+    pages: dict[str, str | None]  # how each page open at the signal ended (`OpenPage.ended`)
     # With `wait=True`: each pupil asking again and again until their question is taken, and the seconds after
     # the process exited that it was asked; the class's records once the killed answers are stored.
     asked_later: dict[str, httpx.Response] = field(default_factory=dict)
@@ -484,15 +508,25 @@ def restarted(settings: Settings, sig: signal.Signals, *, wait: bool) -> Iterato
             for asker in askers:
                 asker.start()
             all_streaming(askers)
+            pages = {
+                "a pupil's page": OpenPage(school.pupils[NAMES[0]], "/api/pupil/events"),
+                "the teacher's live feed": OpenPage(school.teacher, f"/api/classrooms/{school.id}/events"),
+            }
+            for page in pages.values():
+                page.start()
+                assert page.opened.wait(10), "a page did not open"
             exit_s = service.signal(sig)
             exited = time.monotonic()
             join_all(askers)
+            for page in pages.values():
+                page.join(10)
             report(f"new service process ready after {sig.name} (s)", round(service.start(), 1))
             after = snapshot(school)
             asked_again_s = time.monotonic() - exited
             asked_again = each_asks(school, "the new process")
             streams = [asker.streams[0] for asker in askers]
-            restart = Restart(before, after, streams, exit_s, school, asked_again, asked_again_s)
+            ended = {name: page.ended for name, page in pages.items()}
+            restart = Restart(before, after, streams, exit_s, school, asked_again, asked_again_s, ended)
             if wait:
                 with ThreadPoolExecutor(len(school.pupils)) as pool:
                     tries = {n: pool.submit(ask_until_taken, p, school.id, n, exited) for n, p in school.pupils.items()}
@@ -526,6 +560,9 @@ def test_a_service_process_stopped_while_answers_stream_finishes_them_and_the_ne
     with restarted(vllm_settings, signal.SIGTERM, wait=False) as restart:
         report("service exit after SIGTERM with three answers streaming (s)", round(restart.exit_s, 1))
         report("the three answers streaming at the SIGTERM", ["done" if s.done else "error" for s in restart.streams])
+        # The open pages' endless streams end as the server begins to stop (it would wait for them forever):
+        # each response ends whole, and the page's EventSource reconnects.
+        assert restart.pages == dict.fromkeys(restart.pages, "closed"), restart.pages
         # uvicorn's graceful shutdown lets each stream end: every pupil got a final event, nothing was cut.
         for s in restart.streams:
             assert s.status_code == 200 and s.broken is None, s
@@ -557,6 +594,7 @@ def test_a_service_process_killed_while_answers_stream_loses_no_question_and_the
     for s in killed.streams:
         assert s.status_code == 200 and s.question_id is not None and s.tokens, s
         assert s.done is None and s.error is None and s.broken is not None, s
+    assert all(ended not in (None, "closed") for ended in killed.pages.values()), killed.pages
     assert_nothing_lost_or_doubled(killed.before, killed.after, killed.streams)
     assert_sessions_work(killed.school)
     # The one-answer-at-a-time claim of a killed answer outlives its process by its lease: the pupil is told

@@ -1,12 +1,15 @@
-"""The Server-Sent Events response of an answer: every token of every answer passes through here.
+"""The Server-Sent Events responses: every token of every answer passes through here, and every open page
+(a pupil's class notices, a teacher's live feed) stays in one for as long as it is open.
 
-sse-starlette (which the teachers' endless live feed keeps, for its handling of server shutdown) runs four
-tasks and a cancel scope for every event of a response; an answer is finite and its events are many, so
-this one costs one task and a timer a response and one `send` an event (benchmarks/results/gateway.md).
-What it keeps: a comment after every `keepalive_s` of silence, so that proxies with idle timeouts do not cut
-a stream that waits for its first token; and the client disconnecting ends the events' generator at once,
-even while it waits. An answer's events only follow it (`service.classroom.live`): ending them leaves the answer to be
-written to its end.
+sse-starlette, used before, runs four tasks and a cancel scope for every event of a response and keeps ~20 KiB
+of them a response; this one costs one task and a timer a response and one `send` an event
+(benchmarks/results/gateway.md, open-pages.md). What it keeps: a comment after every `keepalive_s` of silence,
+so that proxies with idle timeouts do not cut a stream that waits for its first token; and the client
+disconnecting ends the events' generator at once, even while it waits. An answer's events only follow it
+(`service.classroom.live`): ending them leaves the answer to be written to its end.
+
+An endless stream (an open page) ends when the server begins to shut down (`Draining`): uvicorn waits for every
+response to end before it stops, and the page's EventSource reconnects, to another process.
 """
 
 import asyncio
@@ -19,10 +22,12 @@ from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from service.draining import Draining
+
 # A comment line, without the blank line that ends an event: the blank line would end an event of no data,
 # which some clients (httpx-sse) hand on as an empty event once a token's `id` has been seen.
 KEEPALIVE = b": keep-alive\n"
-# No proxy may store or transform (e.g. compress, which buffers) a stream; sse-starlette sets the rest.
+# No proxy may store or transform (e.g. compress, which buffers) a stream.
 STREAM_HEADERS = {"Cache-Control": "no-store, no-transform"}
 HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -45,22 +50,29 @@ EVENT_SCHEMA = {
 }
 
 
+def sse_event(name: bytes, data: bytes) -> bytes:
+    """One event as the stream sends it: its name and its one line of data (JSON, which has no newline)."""
+    return b"event: " + name + b"\ndata: " + data + b"\n\n"
+
+
 def event_stream_documented(description: str) -> dict[str, Any]:
     """The OpenAPI response of a route that answers with Server-Sent Events."""
     return {"content": {"text/event-stream": {"schema": EVENT_SCHEMA}}, "description": description}
 
 
 class EventStream(Response):
-    """A response whose body is `events` (each an encoded SSE event), as they come. A `Response` for FastAPI
-    to pass through as it is; none of Starlette's body handling is used."""
+    """A response whose body is `events` (each an encoded SSE event), as they come; with `draining`, one that
+    ends when the server begins to stop. A `Response` for FastAPI to pass through as it is; none of Starlette's
+    body handling is used."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncGenerator[bytes], *, keepalive_s: float) -> None:
+    def __init__(self, events: AsyncGenerator[bytes], *, keepalive_s: float, draining: Draining | None = None) -> None:
         self.status_code = 200
         self.background: BackgroundTask | None = None
         self._events = events
         self._keepalive_s = keepalive_s
+        self._draining = draining
         self._open = True
         self._last_sent = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -71,8 +83,11 @@ class EventStream(Response):
         loop = asyncio.get_running_loop()
         self._last_sent = loop.time()
         self._timer = loop.call_later(self._keepalive_s, self._keep_alive, send, loop)
+        disconnected = False
         with anyio.CancelScope() as stream:
             listener = asyncio.create_task(self._until_disconnect(receive, stream))
+            if self._draining is not None:
+                self._draining.hold(stream)
             try:
                 async with aclosing(self._events) as events:
                     async for event in events:
@@ -85,7 +100,14 @@ class EventStream(Response):
             finally:
                 self._open = False
                 self._timer.cancel()
+                disconnected = listener.done()
                 listener.cancel()
+                if self._draining is not None:
+                    self._draining.release(stream)
+        if stream.cancelled_caught and not disconnected:  # drained: the response ends, the page reconnects
+            if self._ping is not None:
+                await self._ping
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     @staticmethod
     async def _until_disconnect(receive: Receive, stream: anyio.CancelScope) -> None:

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse
-from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from service.api.bodies import ApiRoute
 from service.api.deps import (
@@ -21,7 +20,7 @@ from service.api.deps import (
     end_session,
     set_session_cookie,
 )
-from service.api.event_stream import STREAM_HEADERS, EventStream, event_stream_documented
+from service.api.event_stream import EventStream, event_stream_documented, sse_event
 from service.api.schemas import (
     JSON_BODY,
     STORE,
@@ -37,7 +36,9 @@ from service.api.schemas import (
     PupilView,
     errors,
 )
+from service.classroom.class_cache import CachedClass
 from service.classroom.live import Followed, Queued, Said
+from service.records import PupilSession
 from service.services import Services
 
 router = APIRouter(tags=["pupil"], route_class=ApiRoute, responses=errors(*STORE))
@@ -76,7 +77,7 @@ async def my_class(pupil: CurrentPupil, store: StoreDep) -> PupilView:
 
 @router.get(
     "/api/pupil/events",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses={
         200: event_stream_documented(
             "`event: class`, what the page shows of the class (ClassNotice), on connecting and on "
@@ -85,20 +86,26 @@ async def my_class(pupil: CurrentPupil, store: StoreDep) -> PupilView:
         **errors(401),
     },
 )
-async def class_notices(pupil: CurrentPupil, services: ServicesDep) -> EventSourceResponse:
+async def class_notices(pupil: CurrentPupil, services: ServicesDep) -> EventStream:
     """Server-Sent Events for an open pupil page: the passage to read and whether the class is open, now and
     whenever the teacher changes them, so that no pupil is answered about a passage they cannot see."""
+    # An open page reaches `pupil_notices` through `QuestionLane` without coming here.
+    return _notices(services, pupil)
 
-    async def events() -> AsyncGenerator[ServerSentEvent]:
-        shown: ClassNotice | None = None
-        async with aclosing(services.notices.watch(pupil.classroom_id)) as changes:
-            async for cached in changes:
-                notice = ClassNotice.of(*((cached.classroom, cached.passage) if cached else (None, None)))
-                if notice != shown:
-                    shown = notice
-                    yield ServerSentEvent(event="class", data=notice.model_dump_json())
 
-    return EventSourceResponse(events(), ping=services.settings.answer.keepalive_s, headers=STREAM_HEADERS)
+async def pupil_notices(services: Services, session_token: str | None) -> EventStream:
+    """`class_notices` for the pupil whose session `session_token` is."""
+    return _notices(services, await services.accounts.pupil(session_token))
+
+
+def _notices(services: Services, pupil: PupilSession) -> EventStream:
+    events = services.notices.rendered(pupil.classroom_id, _notice_event)
+    return EventStream(events, keepalive_s=services.settings.answer.keepalive_s, draining=services.draining)
+
+
+def _notice_event(cached: CachedClass | None) -> bytes:
+    notice = ClassNotice.of(*((cached.classroom, cached.passage) if cached else (None, None)))
+    return sse_event(b"class", notice.model_dump_json().encode())
 
 
 @router.get("/api/pupil/questions", responses=errors(401))
@@ -108,27 +115,23 @@ async def my_questions(pupil: CurrentPupil, store: StoreDep) -> PupilQuestionLis
     return PupilQuestionList(questions=[PupilQuestion.of(r) for r in records])
 
 
-def _event(name: bytes, data: bytes) -> bytes:
-    return b"event: " + name + b"\ndata: " + data + b"\n\n"
-
-
 async def sse_events(events: AsyncGenerator[Followed], question_id: str | None = None) -> AsyncGenerator[bytes]:
     """`question` first (on the stream that asks it), `queued` with the place in line while the question waits
     for its turn, then `token`s, each with the answer's length in characters after it as its SSE `id` (what a
     page that comes back sends as `Last-Event-ID`), and always one final event: `done` or `error`. Encoded
     here, once each: every token of every answer passes through."""
     if question_id is not None:
-        yield _event(b"question", orjson.dumps({"question_id": question_id}))
+        yield sse_event(b"question", orjson.dumps({"question_id": question_id}))
     async with aclosing(events) as followed:
         async for event in followed:
             if isinstance(event, Said):
                 yield b"event: token\nid: %d\ndata: %b\n\n" % (event.offset, orjson.dumps({"text": event.text}))
             elif isinstance(event, Queued):
-                yield _event(b"queued", orjson.dumps({"place": event.place}))
+                yield sse_event(b"queued", orjson.dumps({"place": event.place}))
             elif event.message is None:
-                yield _event(b"done", Answer.of(event.record).model_dump_json().encode())
+                yield sse_event(b"done", Answer.of(event.record).model_dump_json().encode())
             else:
-                yield _event(b"error", orjson.dumps({"question_id": event.record.id, "message": event.message}))
+                yield sse_event(b"error", orjson.dumps({"question_id": event.record.id, "message": event.message}))
 
 
 SSE: dict[int | str, dict[str, Any]] = {

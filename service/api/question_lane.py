@@ -1,4 +1,4 @@
-"""The way a pupil's question takes into the service: straight to the route's own function.
+"""The ways a pupil's question and a pupil's open page take into the service: straight to the route's own function.
 
 A class's burst is thirty questions at once on one event loop, and each paid FastAPI's route matching, its
 dependency solving and its request handling before the first byte went to vLLM (a third of a
@@ -7,6 +7,11 @@ with a JSON body that is a valid `AskQuestion` to `pupil.answer_question` direct
 raises with the app's own exception handlers, as FastAPI would. Any other such request (a body that is not
 JSON, not valid, or too large) goes on to the FastAPI route, the body handed on as it came, so that every
 error keeps its one shape; that route is also what the OpenAPI schema documents.
+
+An open pupil page's class notices (`GET /api/pupil/events`) go to `pupil.pupil_notices` the same way: an idle
+page holds its request for as long as it is open, and what FastAPI keeps of a request while its response
+streams (the route's exit stacks, dependencies and frames, ~10 KiB) was half of what a page cost
+(benchmarks/results/open-pages.md).
 """
 
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,10 +24,11 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.deps import PUPIL_COOKIE
-from service.api.pupil import answer_question
+from service.api.pupil import answer_question, pupil_notices
 from service.api.schemas import AskQuestion
 
 PREFIX, SUFFIX = "/api/classrooms/", "/questions"
+NOTICES = "/api/pupil/events"
 # A question's body is a few hundred bytes (`limits.question_max_chars`); a larger one goes to the route
 # unread, so that no body of up to JSON_BODY_MAX_BYTES is parsed here and then again there.
 LANE_MAX_BYTES = 64 * 1024
@@ -36,7 +42,11 @@ class QuestionLane:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         classroom_id = _classroom_asked(scope)
         if classroom_id is None:
-            await self.app(scope, receive, send)
+            if _opens_notices(scope):
+                token = _cookies(scope).get(PUPIL_COOKIE)
+                await _respond(scope, receive, send, lambda services: pupil_notices(services, token))
+            else:
+                await self.app(scope, receive, send)
             return
         headers = _headers(scope)
         length = headers.get(b"content-length", b"")
@@ -51,18 +61,25 @@ class QuestionLane:
         if question is None:
             await self.app(scope, _replay(read, receive), send)
             return
-        app = scope["app"]
-        cookies = _cookies(scope)
-        try:
-            accept = headers.get(b"accept", b"").decode("latin-1")
-            token = cookies.get(PUPIL_COOKIE)
-            response = await answer_question(app.state.services, token, classroom_id, question, accept)
-        except Exception as exc:
-            handler = _handler(app.exception_handlers, exc)
-            if handler is None:
-                raise  # to the server's error handler, as from any route
-            response = await handler(Request(scope, receive), exc)
-        await response(scope, receive, send)
+        accept = headers.get(b"accept", b"").decode("latin-1")
+        token = _cookies(scope).get(PUPIL_COOKIE)
+        await _respond(
+            scope, receive, send, lambda services: answer_question(services, token, classroom_id, question, accept)
+        )
+
+
+async def _respond(scope: Scope, receive: Receive, send: Send, answer: Callable[[Any], Awaitable[Response]]) -> None:
+    """What the route's function answers, given the app's services; what it raises answered by the app's own
+    handlers, as FastAPI would."""
+    app = scope["app"]
+    try:
+        response = await answer(app.state.services)
+    except Exception as exc:
+        handler = _handler(app.exception_handlers, exc)
+        if handler is None:
+            raise  # to the server's error handler, as from any route
+        response = await handler(Request(scope, receive), exc)
+    await response(scope, receive, send)
 
 
 def _classroom_asked(scope: Scope) -> str | None:
@@ -74,6 +91,10 @@ def _classroom_asked(scope: Scope) -> str | None:
         return None
     classroom_id = path[len(PREFIX) : -len(SUFFIX)]
     return classroom_id if classroom_id and "/" not in classroom_id else None
+
+
+def _opens_notices(scope: Scope) -> bool:
+    return bool(scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == NOTICES)
 
 
 def _headers(scope: Scope) -> dict[bytes, bytes]:

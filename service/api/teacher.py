@@ -8,7 +8,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
 from fastapi.responses import StreamingResponse
-from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from service.api.bodies import ApiRoute
 from service.api.deps import (
@@ -24,7 +23,7 @@ from service.api.deps import (
     end_session,
     set_session_cookie,
 )
-from service.api.event_stream import STREAM_HEADERS, event_stream_documented
+from service.api.event_stream import EventStream, event_stream_documented, sse_event
 from service.api.schemas import (
     JSON_BODY,
     STORE,
@@ -303,7 +302,7 @@ def _question_event(published: bytes) -> bytes:
     """A question's event as every open page of its class sends it, made once for them all: the pages of a
     process share each published message, and 200 open pages must not read and write it 200 times."""
     record = QuestionRecord.model_validate_json(published)
-    return ServerSentEvent(event="question", data=TeacherQuestion.of(record).model_dump_json()).encode()
+    return sse_event(b"question", TeacherQuestion.of(record).model_dump_json().encode())
 
 
 async def _passages_by_id(store: Store, classroom_id: str) -> dict[str, Passage]:
@@ -313,7 +312,7 @@ async def _passages_by_id(store: Store, classroom_id: str) -> dict[str, Passage]
 
 @router.get(
     "/api/classrooms/{classroom_id}/events",
-    response_class=EventSourceResponse,
+    response_class=EventStream,
     responses={
         200: event_stream_documented(
             "`event: question`, the question as the teacher sees it, when asked and when answered"
@@ -321,11 +320,11 @@ async def _passages_by_id(store: Store, classroom_id: str) -> dict[str, Passage]
         **errors(*CLASS),
     },
 )
-async def live_questions(classroom: OwnClassroom, store: StoreDep, services: ServicesDep) -> EventSourceResponse:
+async def live_questions(classroom: OwnClassroom, store: StoreDep, services: ServicesDep) -> EventStream:
     """Server-Sent Events: each question as it is asked, and again when its answer ends."""
 
     async def events() -> AsyncGenerator[bytes]:
         async for published in store.classroom_events(classroom.id):
             yield _question_event(published)
 
-    return EventSourceResponse(events(), ping=services.settings.answer.keepalive_s, headers=STREAM_HEADERS)
+    return EventStream(events(), keepalive_s=services.settings.answer.keepalive_s, draining=services.draining)

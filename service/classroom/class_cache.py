@@ -48,6 +48,14 @@ class ClassCache:
         cached = self._entries.get(classroom_id)
         return cached if cached is not None else await self.reload(classroom_id)
 
+    async def fresh(self, classroom_id: str) -> CachedClass:
+        """The class as stored now: what is kept if its version is still the stored one (one small read), else
+        read again."""
+        cached = self._entries.get(classroom_id)
+        if cached is not None and cached.version == await self._store.class_version(classroom_id):
+            return cached
+        return await self.reload(classroom_id)
+
     async def reload(self, classroom_id: str) -> CachedClass:
         cached = self._cached(await self._store.class_state(classroom_id))
         _remember(self._entries, classroom_id, cached, REMEMBERED_CLASSES)

@@ -85,6 +85,10 @@ class ClassStore(StoreBase):
             passage_ids=frozenset(texts(passage_ids)),
         )
 
+    async def class_version(self, classroom_id: str) -> int:
+        """The version every write to the class bumps (0 for a class never written), as `class_state` reads it."""
+        return int(await self.redis.get(Keys.class_version(classroom_id)) or 0)
+
     def class_changes(self) -> AsyncIterator[str]:
         """Ids of classes as they change (`class_changed`), for every class, until the consumer stops."""
         return self._published(Keys.classes_changed(), text)
