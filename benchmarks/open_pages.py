@@ -684,7 +684,7 @@ teacher feed is `GET /api/classrooms/ID/events` of the burst's class, all of the
 teacher's cookie: a worst case of fan-out (a class has one teacher, who may have a few tabs open), {feeds} copies
 of every question event. *CPU a keep-alive*: the service's CPU (utime + stime) over the idle window with the pages
 open, less its CPU with none open over the same length of time, divided by the keep-alives the client counted
-(sse-starlette's `: ping` comment, one every {keepalive:g} s a page). *Redis*: `CLIENT LIST` entries on the
+(the service's `: keep-alive` comment, one every {keepalive:g} s a page). *Redis*: `CLIENT LIST` entries on the
 service's database; pub/sub ones (flag P) in brackets; *subscribers*/*channels*: its `classroom_subscribers` and
 `classroom_subscribed_channels` gauges (the process's own listeners among them). *Burst*: 30 pupils of one class (a
 {passage}-token passage, warmed; the service's own prompt layout; fresh random 30-token questions) ask at once
@@ -707,40 +707,32 @@ page is two sockets, one in the service's process. The 60 s idle windows are one
 with the rounds; the service's own timers (the loop-lag watcher every 50 ms, probes) are in all of them."""
 
 
-FINDINGS = """Where it goes, diagnosed apart on 2026-12-06 (a88d742 with the working tree of then and ada48b5;
-scripts outside the repository, not re-run by this one):
+FINDINGS = """What changed since the run before this one (ada48b5, on an AMD EPYC: a page 70.5 KiB, a keep-alive 83
+µs, 10,000 pages opened in 21 s, the burst's p95 2.22× beside the pages and 3.81× beside pages and feeds, 14 µs a
+feed event, 1.3 s for the first burst after the pages closed), each found with tracemalloc in a wrapper of
+`classroom serve` (2,000 pages; scripts outside the repository, not re-run by this one):
 
-- *Memory of a page*: tracemalloc in the service (2,000 pages, passages of ~120 words, 57 KiB traced a page):
-  anyio's objects for sse-starlette's four tasks a response (task group, cancel scopes, events) 17 KiB, FastAPI's
-  routing and dependency frames 7 KiB, uvicorn's protocol and request cycle 7 KiB, sse-starlette 4 KiB, and the
-  page's own copy of its class: `ClassNotices.watch` re-reads the class for every page that opens
-  (service/classroom/notices.py:40, `ClassCache.reload`: a Redis round trip, the passage parsed, its system message
-  rendered again, service/classroom/class_cache.py:74) and the page keeps that copy, with its `ClassNotice` and its
-  JSON (service/api/pupil.py:93-99), as long as it is open: 30 copies a class. With the benchmark's 1000-token
-  passages a page costs ~71 KiB against ~50 KiB with ~120-word ones (the same run otherwise).
+- *sse-starlette's response* (four tasks a response, their task group, cancel scopes and events: ~21 KiB a page)
+  replaced by the service's own `EventStream` (one task and a timer; service/api/event_stream.py), which now also
+  ends an open page's stream when the server is told to stop (service/draining.py), as sse-starlette did;
+- *a copy of its class a page*: a page that opened re-read its class (a Redis round trip, the passage parsed, its
+  system message rendered) and kept it, with its notice and the notice's JSON; now it reads only the class's version
+  and the cached class serves it, and the notice is made once a change for all of the process's pages of the class
+  (service/classroom/notices.py);
+- *FastAPI's request machinery* (the route's exit stacks, dependency values and frames, ~10 KiB a page while its
+  response streams): the page's `GET /api/pupil/events` goes to its route's function the way a question does
+  (service/api/question_lane.py);
+- start-up's objects frozen out of the collector's sight (`gc.freeze()` after start-up).
 
-- *A keep-alive*: sse-starlette's `_ping` formats a datetime and sends under an anyio lock and a `move_on_after`
-  cancel scope (py-spy); the service's own `EventStream` (service/api/event_stream.py) keeps a page with one task
-  and a timer, which the pupil's page (service/api/pupil.py:101) does not use.
+What is left of a page (tracemalloc, ~29 KiB traced a page against ~21 KiB of RSS before the lane, the largest
+first): uvicorn's protocol, request cycle and its `message_event` (a deque each), the middlewares' frames, the
+stream's task, cancel scope and timer.
 
-- *Garbage collection*: with 10,000 pages open the process holds ~2.9 million objects the collector tracks (~270 a
-  page; `gc.callbacks` in a wrapper of `classroom serve`); a full collection then takes 1.0-1.7 s here, the event
-  loop stopped (the outliers of 2.5-3.4 s). After the pages close, the first requests wait for one
-  collection that frees them all (a generation-0 collection of 436,233 objects took 2.1 s): the change table's
-  first bursts after *→ none*.
-
-- *The feeds*: every open feed gets every event of its class, and each is a send of its own through sse-starlette
-  (lock, cancel scope, the middlewares' send wrappers, a socket write): 200 feeds make a burst's 60 events 12,000
-  writes on the one event loop, most of them (the "asked" events) before the answers' first tokens. Before ada48b5
-  each feed also parsed and re-encoded every message (~55 µs a feed event in a run then; since, the event is made
-  once for all, service/api/teacher.py `_question_event`).
-
-The five full runs made while writing this file (the first three on a88d742 with the working tree of then, the
-first two with ~120-word passages and the first bursts after a change not yet set apart, so a stall after the pages
-closed counted in *none*; the last two on ada48b5, the last this file's): a page 49.8, 50.0, 71.8, 70.7, 70.5 KiB;
-a keep-alive 80, 108, 91, 140, 83 µs (60 s windows); the burst's p95 with pages and feeds 7.6, 4.2, 6.5, 3.7, 3.8×
-that with nothing open, with the pages alone 0.96 (run 2), 1.33, 1.38, 2.22×; no error in any burst, no page failed
-to open or was closed."""
+What still slows a burst beside 10,000 pages (a run with `gc.callbacks` logging in a wrapper): the bursts are
+bimodal, as fast as with nothing open (54-68 ms) or about twice as slow (120-156 ms). Full collections take
+0.35-0.40 s with 10,000 pages open, and come whenever what survived younger collections has grown by a quarter:
+opening 10,000 pages at once set off seven (0.02-0.23 s each, growing with the heap); a burst that meets one
+waits for it. The keep-alives of pages opened together also come together (10,000 in a few seconds every 10 s)."""
 
 
 def main() -> None:

@@ -38,8 +38,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         async with open_services(settings) as services:
             app.state.services = services
             services.draining.install()
-            # What start-up made lives as long as the process: out of the collector's sight, so that a full
-            # collection (which stops the event loop) walks only what requests made (benchmarks/results/open-pages.md).
+            # What start-up made lives as long as the process: out of the collector's sight (its garbage collected
+            # first), so that a full collection, which stops the event loop, walks only what requests made.
+            gc.collect()
             gc.freeze()
             yield
 
