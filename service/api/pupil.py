@@ -78,12 +78,13 @@ async def my_class(pupil: CurrentPupil, store: StoreDep) -> PupilView:
 @router.get(
     "/api/pupil/events",
     response_class=EventStream,
+    status_code=200,
     responses={
         200: event_stream_documented(
             "`event: class`, what the page shows of the class (ClassNotice), on connecting and on "
             "every change: a passage published, the class closed or reopened"
         ),
-        **errors(401),
+        **errors(*STORE, 401, json_route=False),
     },
 )
 async def class_notices(pupil: CurrentPupil, services: ServicesDep) -> EventStream:

@@ -313,11 +313,12 @@ async def _passages_by_id(store: Store, classroom_id: str) -> dict[str, Passage]
 @router.get(
     "/api/classrooms/{classroom_id}/events",
     response_class=EventStream,
+    status_code=200,
     responses={
         200: event_stream_documented(
             "`event: question`, the question as the teacher sees it, when asked and when answered"
         ),
-        **errors(*CLASS),
+        **errors(*STORE, *CLASS, json_route=False),
     },
 )
 async def live_questions(classroom: OwnClassroom, store: StoreDep, services: ServicesDep) -> EventStream:
