@@ -1,4 +1,5 @@
-"""What a teacher's heavy or hostile upload, long paste or big export does to the service and to a pupil whose
+"""What a teacher's heavy or hostile upload, long paste or big export (of the questions, or of the archive of
+those past the school's retention) does to the service and to a pupil whose
 answer streams from the same process meanwhile.
 
 One `classroom serve` process (1 worker) in front of the instant fake vLLM, paced at `--tpot-ms` a token, so a
@@ -36,8 +37,10 @@ from typing import Any
 
 import aiohttp
 
+from benchmarks.gateway import lag_over, loop_lag
 from benchmarks.gateway_parts import configure_fake, profiled, start_fake
 from benchmarks.parts import machine, passage
+from service.classroom.archive import QuestionArchive
 from service.local.processes import ManagedProcess, answers_ok, free_port
 from service.local.redis_server import start_redis
 from service.records import QuestionRecord, QuestionStatus, Usage
@@ -49,13 +52,14 @@ STATE = PROJECT_ROOT / "var" / "bench-uploads"
 RESULTS = Path(__file__).with_name("results")
 PASSWORD = "benchmark password"
 EXPORT_QUESTIONS = 20_000
+ARCHIVED_QUESTIONS = 100_000  # a big class's years, in the files `Retention` writes (5,000 a file here)
 CASE_TIMEOUT_S = 400.0
 
 
 @dataclass(frozen=True)
 class Case:
     name: str
-    kind: str  # upload, paste or export
+    kind: str  # upload, paste, export or archive
     filename: str = ""
     make: Callable[[], bytes] = bytes
 
@@ -79,6 +83,7 @@ CASES = [
         "450 KB pasted passage", "paste", make=lambda: ("Bees carry pollen from flower to flower. " * 11_000).encode()
     ),
     Case(f"CSV of {EXPORT_QUESTIONS:,} questions", "export"),
+    Case(f"CSV of {ARCHIVED_QUESTIONS:,} archived questions", "archive"),
 ]
 
 
@@ -93,6 +98,9 @@ class Outcome:
     rss_before_mib: float = 0.0
     peak_above_mib: float = 0.0
     service_died: bool = False
+    # The service's own event-loop timers due while the case ran, and how many fired over 5 and 20 ms late: the
+    # service's side of a silence (the client reads the pupil's stream and the case's answer on one loop too).
+    loop_late: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -148,20 +156,34 @@ class Service:
             self.process.stop()
 
 
-async def _seed_questions(redis_url: str, classroom_id: str, passage_id: str, count: int) -> None:
-    """A school year of one class's questions, stored as finished answers are (no model asked)."""
+def _answered(classroom_id: str, passage_id: str, i: int, asked: float) -> QuestionRecord:
+    """The i-th of a class's questions, answered as a finished answer is stored (no model asked)."""
     answer = "Bees carry pollen from one flower to another, which lets the plant make seeds. " * 6
+    return QuestionRecord(
+        id=uuid.uuid4().hex, classroom_id=classroom_id, passage_id=passage_id, pupil_id=f"p{i % 30}",
+        pupil=f"Pupil {i % 30}", pupil_number=1, question=f"Question {i} about bees?",
+        status=QuestionStatus.ANSWERED, answer=answer,
+        usage=Usage(prompt_tokens=400, cached_tokens=384, completion_tokens=90), ttft_ms=300.0,
+        total_ms=2000.0, asked_at=datetime.fromtimestamp(asked, UTC),
+    )  # fmt: skip
+
+
+async def _seed_questions(redis_url: str, classroom_id: str, passage_id: str, count: int) -> None:
+    """A school year of one class's questions, stored as finished answers are."""
     start = time.time() - count * 60
     async with open_store(redis_url) as store:
         for i in range(count):
-            record = QuestionRecord(
-                id=uuid.uuid4().hex, classroom_id=classroom_id, passage_id=passage_id, pupil_id=f"p{i % 30}",
-                pupil=f"Pupil {i % 30}", pupil_number=1, question=f"Question {i} about bees?",
-                status=QuestionStatus.ANSWERED, answer=answer,
-                usage=Usage(prompt_tokens=400, cached_tokens=384, completion_tokens=90), ttft_ms=300.0,
-                total_ms=2000.0, asked_at=datetime.fromtimestamp(start + i * 60, UTC),
-            )  # fmt: skip
-            await store.refuse_question(record)
+            await store.refuse_question(_answered(classroom_id, passage_id, i, start + i * 60))
+
+
+def _seed_archive(classroom_id: str, passage_id: str, count: int) -> None:
+    """Years of one class's questions past retention, in the service's archive as `Retention` writes it."""
+    archive = QuestionArchive(STATE / "archive")
+    start = time.time() - 3 * 365 * 86_400
+    for first in range(0, count, 5_000):
+        archive.write(
+            classroom_id, [_answered(classroom_id, passage_id, i, start + i * 60) for i in range(first, first + 5_000)]
+        )
 
 
 async def _keep_asking(url: str, classroom: dict[str, str], pupil: Pupil) -> None:
@@ -207,6 +229,7 @@ async def _run_case(
 ) -> Outcome:
     outcome = Outcome(case.name, len(data))
     outcome.rss_before_mib = _reset_peak(service.pid)
+    lag_before = await loop_lag(url)
     began = time.perf_counter()
     timeout = aiohttp.ClientTimeout(total=CASE_TIMEOUT_S)
     try:
@@ -219,7 +242,8 @@ async def _run_case(
             body = {"title": case.name, "text": data.decode()}
             call = teacher.post(f"{url}/api/classrooms/{classroom_id}/passages", json=body, timeout=timeout)
         else:
-            call = teacher.get(f"{url}/api/classrooms/{classroom_id}/questions.csv", timeout=timeout)
+            file = "questions.csv" if case.kind == "export" else "archive.csv"
+            call = teacher.get(f"{url}/api/classrooms/{classroom_id}/{file}", timeout=timeout)
         profile = (
             profile_dir / f"uploads-profile-{case.name.split(',')[0].replace(' ', '-')}.txt" if profile_dir else None
         )
@@ -234,6 +258,8 @@ async def _run_case(
         outcome.message = f"{type(exc).__name__}: {exc}"[:160]
     outcome.seconds = time.perf_counter() - began
     await asyncio.sleep(0.3)  # the pupil's next read closes the gap the case opened
+    if service.alive():
+        outcome.loop_late = lag_over(lag_before, await loop_lag(url))
     outcome.longest_silence_s = pupil.longest_silence(began, began + outcome.seconds)
     if service.alive():
         outcome.peak_above_mib = _memory_kib(service.pid, "VmHWM") / 1024 - outcome.rss_before_mib
@@ -262,6 +288,7 @@ async def _measure(
         added.raise_for_status()
         passage_id = (await added.json())["id"]
         await _seed_questions(redis_url, classroom["id"], passage_id, EXPORT_QUESTIONS)
+        _seed_archive(classroom["id"], passage_id, ARCHIVED_QUESTIONS)
         pupil = Pupil()
         asking = asyncio.create_task(_keep_asking(url, classroom, pupil))
         await asyncio.sleep(2.0)
@@ -280,8 +307,15 @@ def _row(o: Outcome) -> str:
     answer = "service killed" if o.service_died else f"{o.status} {o.message[:60]!r}"
     return (
         f"| {o.case} | {o.size_bytes / 1e6:.2f} MB | {answer} | {o.seconds:.2f} s | {o.longest_silence_s:.2f} s "
-        f"| {o.peak_above_mib:+.0f} MiB |"
+        f"| {o.peak_above_mib:+.0f} MiB | {_late(o.loop_late)} |"
     )
+
+
+def _late(late: dict[str, float]) -> str:
+    """The service's loop timers over 5 and 20 ms late, of those due."""
+    if not late:
+        return "–"
+    return f"{late.get('0.005', 0):.0f} / {late.get('0.02', 0):.0f} of {late.get('timers', 0):.0f}"
 
 
 def _answer(o: dict[str, Any]) -> str:
@@ -352,8 +386,11 @@ def main() -> None:
     try:
         subprocess.run([*service.cli, "teacher", "add", email], env=service.env, check=True, capture_output=True)
         service.start()
-        print("| case | file | answer | took | pupil's longest silence | service peak memory |")
-        print("|---|---|---|---|---|---|")
+        print(
+            "| case | file | answer | took | pupil's longest silence | service peak memory "
+            "| service loop timers >5 / >20 ms late |"
+        )
+        print("|---|---|---|---|---|---|---|")
         # Every file made before the pupil starts: making a zip bomb takes seconds of the client's own loop.
         made = [(c, c.make()) for c in cases]
         outcomes, pupil = asyncio.run(_measure(service, redis_url, made, args.profile_dir))

@@ -57,7 +57,9 @@ async def _retention(redis_url: str, folder: Path) -> None:
         assert await retention.sweep() == 0
         files = archive.files(classroom.id)
         assert len(files) == 3  # batches of 2, 2 and 1; the failed round's file replaced, not doubled
-        archived = [r for page in [p async for p in archive.pages(classroom.id)] for r in page]
+        pages = [page async for page in archive.pages(classroom.id, 1)]  # a file's batch of 2 in two pages
+        assert [len(page) for page in pages] == [1] * 5
+        archived = [r for page in pages for r in page]
         assert [r.id for r in archived] == [r.id for r in past][::-1]  # newest first, each once
         assert archived[::-1] == past  # whole, as stored
 

@@ -50,15 +50,14 @@ class QuestionArchive:
         folder = self._class_folder(classroom_id)
         return sorted(folder.glob("*.jsonl.gz")) if folder.is_dir() else []
 
-    def read(self, path: Path) -> list[QuestionRecord]:
-        with gzip.open(path, "rb") as lines:
-            return [QuestionRecord.model_validate_json(line) for line in lines if line.strip()]
-
-    async def pages(self, classroom_id: str) -> AsyncIterator[list[QuestionRecord]]:
-        """The class's archived questions, a file at a time (read in a thread), newest first, as the questions'
-        export lists them."""
+    async def pages(self, classroom_id: str, size: int) -> AsyncIterator[list[QuestionRecord]]:
+        """The class's archived questions, newest first as the questions' export lists them, `size` at a time: a
+        file read and decompressed in a thread, its lines made into records a page at a time, so that the event
+        loop works in slices of a few milliseconds between a streaming answer's tokens (benchmarks/uploads.py)."""
         for path in reversed(self.files(classroom_id)):
-            yield (await asyncio.to_thread(self.read, path))[::-1]
+            lines = (await asyncio.to_thread(_lines, path))[::-1]
+            for first in range(0, len(lines), size):
+                yield [QuestionRecord.model_validate_json(line) for line in lines[first : first + size]]
 
     def delete(self, classroom_id: str) -> None:
         """A deleted class's archive goes with it."""
@@ -68,3 +67,8 @@ class QuestionArchive:
         if not classroom_id or not all(c.isalnum() or c in "-_" for c in classroom_id):
             raise ValueError(f"not a classroom id: {classroom_id!r}")  # never a path out of the folder
         return self._folder / classroom_id
+
+
+def _lines(path: Path) -> list[bytes]:
+    """An archive file's records, one JSON line each."""
+    return [line for line in gzip.decompress(path.read_bytes()).split(b"\n") if line.strip()]

@@ -5,6 +5,7 @@ code page, and every accented name comes out garbled. Columns are named for a te
 school's (a setting) beside UTC, in a form spreadsheets read as a date and time.
 """
 
+import asyncio
 import csv
 import io
 import unicodedata
@@ -92,9 +93,13 @@ class QuestionsCsv:
         ]
 
     async def pieces(self, pages: AsyncIterator[list[QuestionRecord]]) -> AsyncIterator[str]:
+        """The file a page of rows at a time, the event loop let run between pages: sending a piece suspends
+        only while the client's socket is full, and pages that come without a wait (the archive's, from a file
+        read once) would otherwise be made one after another, a streaming answer's tokens held behind them."""
         yield self.header()
         async for page in pages:
             yield self.rows(page)
+            await asyncio.sleep(0)
 
 
 def questions_csv(questions: Iterable[QuestionRecord], passages: dict[str, Passage], zone: ZoneInfo) -> str:
