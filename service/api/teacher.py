@@ -292,7 +292,7 @@ async def export_archive(classroom: OwnClassroom, store: StoreDep, services: Ser
     its list, newest first, in the columns of `questions.csv` (a header alone if none were archived)."""
     file = QuestionsCsv(await _passages_by_id(store, classroom.id), services.settings.school.zone)
     return CsvResponse(
-        file.pieces(services.archive.pages(classroom.id)),
+        file.pieces(services.archive.pages(classroom.id, EXPORT_PAGE)),
         headers={"Content-Disposition": attachment(f"{classroom.name or 'class'}-archived-questions.csv")},
     )
 

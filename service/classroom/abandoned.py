@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 
 from service.records import QuestionStatus, utcnow
 from service.store import Store
-from service.tasks import stop_tasks
+from service.tasks import every, stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,10 @@ class AbandonedAnswers:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        # Redis down: the next sweep finds the same records.
+        self._task = asyncio.create_task(
+            every(self.every_s, self.sweep, log, "sweeping abandoned answers", (RedisError,))
+        )
 
     async def close(self) -> None:
         await stop_tasks(self._task)
@@ -47,11 +50,3 @@ class AbandonedAnswers:
                 log.warning("answer %s of class %s abandoned: stored cut short", record.id, record.classroom_id)
                 finished += 1
         return finished
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.sweep()
-            except RedisError as exc:  # Redis down: the next sweep finds the same records
-                log.warning("abandoned answers not swept: %s", exc)
-            await asyncio.sleep(self.every_s)

@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 
 from service.records import QuestionRecord, QuestionStatus
 from service.store import Store
-from service.tasks import stop_tasks
+from service.tasks import every, stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,10 @@ class LiveAnswers:
 
     async def start(self) -> None:
         self._listener = asyncio.create_task(self._listen())
-        self._heartbeat = asyncio.create_task(self._beat())
+        # Redis down: the next beat renews; a lease outlasts a restart of Redis.
+        self._heartbeat = asyncio.create_task(
+            every(self._lease_s / 3, self.renew, log, "renewing the answers' leases", (RedisError,))
+        )
 
     async def close(self) -> None:
         """At shutdown: every answer still being written ends now, stored cut short with its text so far."""
@@ -240,14 +243,6 @@ class LiveAnswers:
         """One beat: the lease of every answer this process writes renewed; how many were still being written."""
         answers = [(live.record.id, live.record.pupil_id) for live in self._answers.values()]
         return await self._store.renew_leases(answers, self._lease_s)
-
-    async def _beat(self) -> None:
-        while True:
-            await asyncio.sleep(self._lease_s / 3)
-            try:
-                await self.renew()
-            except RedisError as exc:  # Redis down: the next beat renews; a lease outlasts a restart of Redis
-                log.warning("the answers' leases not renewed: %s", exc)
 
     async def _listen(self) -> None:
         while True:

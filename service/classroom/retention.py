@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 from service.classroom.archive import QuestionArchive
 from service.records import QuestionStatus
 from service.store import Store
-from service.tasks import stop_tasks
+from service.tasks import every, stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,10 @@ class Retention:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
+        # The next round tries again; nothing is removed unarchived.
+        self._task = asyncio.create_task(
+            every(self._every_s, self._round, log, "archiving questions past retention", (RedisError, OSError))
+        )
 
     async def close(self) -> None:
         await stop_tasks(self._task)
@@ -59,12 +62,7 @@ class Retention:
                     break
         return archived
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                if await self._store.claim_retention_sweep(self._every_s):
-                    if archived := await self.sweep():
-                        log.info("archived %d questions past the school's retention", archived)
-            except (RedisError, OSError) as exc:  # the next round tries again; nothing is removed unarchived
-                log.warning("questions past retention not archived this round: %s", exc)
-            await asyncio.sleep(self._every_s)
+    async def _round(self) -> None:
+        """One process's sweep a round: whichever claims it."""
+        if await self._store.claim_retention_sweep(self._every_s) and (archived := await self.sweep()):
+            log.info("archived %d questions past the school's retention", archived)
