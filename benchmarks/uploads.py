@@ -40,6 +40,7 @@ import aiohttp
 from benchmarks.gateway import lag_over, loop_lag
 from benchmarks.gateway_parts import configure_fake, profiled, start_fake
 from benchmarks.parts import machine, passage
+from service.api.deps import PUPIL_COOKIE
 from service.classroom.archive import QuestionArchive
 from service.local.processes import ManagedProcess, answers_ok, free_port
 from service.local.redis_server import start_redis
@@ -52,6 +53,7 @@ STATE = PROJECT_ROOT / "var" / "bench-uploads"
 RESULTS = Path(__file__).with_name("results")
 PASSWORD = "benchmark password"
 EXPORT_QUESTIONS = 20_000
+REFUSED_PAGES = 500
 ARCHIVED_QUESTIONS = 100_000  # a big class's years, in the files `Retention` writes (5,000 a file here)
 CASE_TIMEOUT_S = 400.0
 
@@ -59,7 +61,7 @@ CASE_TIMEOUT_S = 400.0
 @dataclass(frozen=True)
 class Case:
     name: str
-    kind: str  # upload, paste, export or archive
+    kind: str  # upload, paste, export, archive or pages
     filename: str = ""
     make: Callable[[], bytes] = bytes
 
@@ -84,6 +86,7 @@ CASES = [
     ),
     Case(f"CSV of {EXPORT_QUESTIONS:,} questions", "export"),
     Case(f"CSV of {ARCHIVED_QUESTIONS:,} archived questions", "archive"),
+    Case(f"{REFUSED_PAGES} pupil pages opened at once with a wrong session", "pages"),
 ]
 
 
@@ -211,6 +214,19 @@ async def _keep_asking(url: str, classroom: dict[str, str], pupil: Pupil) -> Non
                 await asyncio.sleep(0.5)
 
 
+async def _refused_pages(client: aiohttp.ClientSession, url: str) -> list[int]:
+    """`REFUSED_PAGES` pupil pages opened at once (`GET /api/pupil/events`) with a session that is not one:
+    their statuses."""
+
+    async def one(i: int) -> int:
+        headers = {"Cookie": f"{PUPIL_COOKIE}=not-a-session-{i}"}
+        async with client.get(f"{url}/api/pupil/events", headers=headers) as response:
+            await response.read()
+            return response.status
+
+    return list(await asyncio.gather(*(one(i) for i in range(REFUSED_PAGES))))
+
+
 def _reset_peak(pid: int) -> float:
     """VmHWM starts again from VmRSS; returns VmRSS in MiB."""
     Path(f"/proc/{pid}/clear_refs").write_text("5")
@@ -241,19 +257,23 @@ async def _run_case(
         elif case.kind == "paste":
             body = {"title": case.name, "text": data.decode()}
             call = teacher.post(f"{url}/api/classrooms/{classroom_id}/passages", json=body, timeout=timeout)
-        else:
+        elif case.kind != "pages":
             file = "questions.csv" if case.kind == "export" else "archive.csv"
             call = teacher.get(f"{url}/api/classrooms/{classroom_id}/{file}", timeout=timeout)
         profile = (
             profile_dir / f"uploads-profile-{case.name.split(',')[0].replace(' ', '-')}.txt" if profile_dir else None
         )
         with profiled(service.pid, profile):
-            async with call as response:
-                outcome.status = response.status
-                payload = await response.read()
-            outcome.message = (
-                f"{len(payload):,} bytes" if response.status == 200 else payload.decode(errors="replace")[:160]
-            )
+            if case.kind == "pages":  # no `call`: many requests, not one
+                statuses = await _refused_pages(teacher, url)
+                outcome.status, outcome.message = statuses[-1], f"statuses {sorted(set(statuses))}"
+            else:
+                async with call as response:
+                    outcome.status = response.status
+                    payload = await response.read()
+                outcome.message = (
+                    f"{len(payload):,} bytes" if response.status == 200 else payload.decode(errors="replace")[:160]
+                )
     except (aiohttp.ClientError, TimeoutError) as exc:
         outcome.message = f"{type(exc).__name__}: {exc}"[:160]
     outcome.seconds = time.perf_counter() - began
