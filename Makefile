@@ -29,6 +29,7 @@ lint:
 	$(BIN)/ruff check service tests deploy benchmarks loadtest
 	$(BIN)/ruff format --check service tests deploy benchmarks loadtest
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	shellcheck -x deploy/scripts/*.sh loadtest/gpu/*.sh loadtest/cpu/*.sh
 
 setup: system-packages $(VENV)/.installed
@@ -45,5 +46,5 @@ system-packages:
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[local,loadtest,dev]'
 	touch $@

@@ -9,7 +9,8 @@ event on, by a bare asyncio protocol (the client's own cost kept small: it share
 
 1. memory: the service's VmRSS (and RssAnon) from /proc before any page is open and after opening `--pages` of
    them in steps (`--settle` s at each), and after `--feeds` teacher feeds (`GET /api/classrooms/{id}/events`,
-   the teacher signed in) of the burst class;
+   the teacher signed in): one a class, the burst class's first (`--feeds-on spread`, as a district's teachers
+   have them), or all of them on the burst class (`--feeds-on burst`, the worst case of fan-out);
 2. Redis: the service's connections in Redis's `CLIENT LIST` (its database; pub/sub ones apart) and its
    `classroom_subscribers` gauge, with nothing open and with every page and feed open;
 3. CPU a keep-alive: the service's CPU (utime + stime, /proc) over `--window` idle seconds with no page open and
@@ -24,11 +25,13 @@ event on, by a bare asyncio protocol (the client's own cost kept small: it share
    reported apart.
 
     .venv/bin/python -m benchmarks.open_pages [--pages 1000 5000 10000] [--feeds 200] [--rounds 4] [--keepalive 10]
+    .venv/bin/python -m benchmarks.open_pages --feeds-on burst   # into open-pages-one-class.json and .md
     .venv/bin/python -m benchmarks.open_pages --quick       # smoke: small numbers, under a minute, nothing written
     .venv/bin/python -m benchmarks.open_pages --report      # open-pages.md again from the saved JSON
 
-Writes benchmarks/results/open-pages.json and open-pages.md. On 2 cores the client, the fake and Redis share the
-CPU with the service: each one's CPU is recorded beside the figures.
+Writes benchmarks/results/open-pages.json and open-pages.md (open-pages-one-class.* with `--feeds-on burst`). On
+2 cores the client, the fake and Redis share the CPU with the service: each one's CPU is recorded beside the
+figures.
 """
 
 import argparse
@@ -44,6 +47,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
@@ -85,8 +89,8 @@ from service.local.processes import free_port
 from service.local.redis_server import start_redis
 from service.settings import PROJECT_ROOT, ModelSettings, RedisSettings, Settings
 
-RESULTS = PROJECT_ROOT / "benchmarks" / "results" / "open-pages.json"
-REPORT = PROJECT_ROOT / "benchmarks" / "results" / "open-pages.md"
+RESULTS_DIR = PROJECT_ROOT / "benchmarks" / "results"
+RESULT_NAMES = {"spread": "open-pages", "burst": "open-pages-one-class"}  # by where the feeds are (--feeds-on)
 PUPIL_COOKIE = "classroom_pupil"
 TEACHER_COOKIE = "classroom_teacher"
 SERVICE_DB = 1
@@ -204,11 +208,11 @@ async def settled(pid: int, seconds: float) -> dict[str, int]:
 # Setting up: the page classes' pupils, the teacher's cookie.
 
 
-async def page_pupils(url: str, email: str, pupils: int, maker: TextMaker) -> list[str]:
+async def page_pupils(url: str, email: str, pupils: int, maker: TextMaker) -> tuple[list[str], list[str]]:
     """Classes of 30, each with a passage of its own as long as the burst's, and `pupils` joined pupils' cookies,
-    class by class."""
+    class by class; and the classes' ids."""
     rng = random.Random()
-    codes = []
+    codes, ids = [], []
     async with httpx.AsyncClient(base_url=url, timeout=60) as teacher:
         (await teacher.post("/api/teacher/session", json={"email": email, "password": PASSWORD})).raise_for_status()
         for c in range(math.ceil(pupils / CLASS_SIZE)):
@@ -220,6 +224,7 @@ async def page_pupils(url: str, email: str, pupils: int, maker: TextMaker) -> li
             }
             (await teacher.post(f"/api/classrooms/{made['id']}/passages", json=body)).raise_for_status()
             codes.append(made["join_code"])
+            ids.append(made["id"])
     connector = aiohttp.TCPConnector(limit=32)
     async with aiohttp.ClientSession(url, connector=connector, cookie_jar=aiohttp.DummyCookieJar()) as session:
 
@@ -230,7 +235,7 @@ async def page_pupils(url: str, email: str, pupils: int, maker: TextMaker) -> li
                     raise RuntimeError(f"join: HTTP {joined.status} {(await joined.text())[:120]}")
                 return f"{PUPIL_COOKIE}={joined.cookies[PUPIL_COOKIE].value}"
 
-        return list(await asyncio.gather(*(join(n) for n in range(pupils))))
+        return list(await asyncio.gather(*(join(n) for n in range(pupils)))), ids
 
 
 def teacher_cookie(url: str, email: str) -> str:
@@ -242,7 +247,8 @@ def teacher_cookie(url: str, email: str) -> str:
 # The phases.
 
 
-CONDITIONS = {"none": "no page open", "pages": "{pages} pupil pages", "all": "{pages} pupil pages + {feeds} feeds"}
+CONDITIONS = {"none": "no page open", "pages": "{pages} pupil pages", "all": "{pages} pupil pages + {feeds} feeds {on}"}
+ON = {"spread": "(one a class)", "burst": "(all on the burst's class)"}
 ORDER = ["none", "pages", "all", "all", "pages", "none"]  # rounds in this order, again and again
 QUIET_CORES = 0.2  # the service is quiet below this much of a core over a second (10,000 idle pages: ~0.09)
 
@@ -384,15 +390,39 @@ async def measure(bench: Bench, asker: Asker, burst_class: Classroom, args: argp
         if condition != "all" and args.idle_window > 0:  # keep-alives' CPU again, alternating with none
             out["idle_rounds"][condition].append(await idle(bench, args.idle_window))
             print(f"  idle, {condition}: service {cpu_line(out['idle_rounds'][condition][-1])}", flush=True)
-        for _ in range(args.bursts):
-            row = await burst(asker, burst_class, bench)
-            out["bursts"][condition].append(row)
-            print(f"  burst, {condition}: {burst_line(row)}", flush=True)
-            await asyncio.sleep(args.pause)
+        async with profiled(bench.pid, args.profile, f"{condition}-{i}"):
+            for _ in range(args.bursts):
+                row = await burst(asker, burst_class, bench)
+                out["bursts"][condition].append(row)
+                print(f"  burst, {condition}: {burst_line(row)}", flush=True)
+                await asyncio.sleep(args.pause)
     out["redis_after_bursts"] = redis_connections(bench.redis_url) | await gauges(bench.service)
     out["redis_after_bursts"]["state"] = condition
     out["failed_to_open"] = bench.failed
     return out
+
+
+@contextlib.asynccontextmanager
+async def profiled(pid: int, folder: Path | None, name: str) -> AsyncIterator[None]:
+    """py-spy samples the service while the block runs (nonblocking, so no native frames: py-spy refuses
+    both), its collapsed stacks written to `folder`/`name`.txt; nothing without a folder."""
+    if folder is None:
+        yield
+        return
+    await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
+    spy = Path(sys.executable).with_name("py-spy")
+    recorder = await asyncio.create_subprocess_exec(
+        *(str(spy), "record", "--pid", str(pid), "--rate", "500", "--nonblocking", "--format", "raw"),
+        *("--output", str(folder / f"{name}.txt")),
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        await asyncio.sleep(1.0)  # py-spy attaches before the block starts
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # py-spy gave up early: its own message says why
+            recorder.send_signal(signal.SIGINT)
+        await asyncio.wait_for(recorder.wait(), 30)
 
 
 def cpu_line(window: dict[str, Any]) -> str:
@@ -420,7 +450,9 @@ async def run_async(args: argparse.Namespace, service: str, pids: dict[str, int]
     maker = TextMaker(prompts.tokenizer)
     began = time.perf_counter()
     burst_class = (await make_classes(service, email, 1, CLASS_SIZE, maker))[0]
-    cookies = await page_pupils(service, email, max(args.pages), maker)
+    cookies, page_classes = await page_pupils(service, email, max(args.pages), maker)
+    # One feed a class, as a district's teachers have them, or every feed on the burst class: the worst case.
+    fed = [burst_class.id, *page_classes] if args.feeds_on == "spread" else [burst_class.id]
     print(f"  {len(cookies)} pupils joined in {time.perf_counter() - began:.0f} s", flush=True)
     port = int(service.rsplit(":", 1)[1])
     teacher = teacher_cookie(service, email)
@@ -431,7 +463,7 @@ async def run_async(args: argparse.Namespace, service: str, pids: dict[str, int]
         redis_url,
         Meter(pids),
         [get_request(port, "/api/pupil/events", c) for c in cookies],
-        [get_request(port, f"/api/classrooms/{burst_class.id}/events", teacher) for _ in range(args.feeds)],
+        [get_request(port, f"/api/classrooms/{fed[f % len(fed)]}/events", teacher) for f in range(args.feeds)],
     )
     configure_fake(fake, answer_tokens=args.answer_tokens, tpot_ms=0)
     connector = aiohttp.TCPConnector(limit=0)
@@ -496,6 +528,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "settings": {
             "pages": args.pages,
             "feeds": args.feeds,
+            "feeds_on": args.feeds_on,
             "keepalive_s": args.keepalive,
             "window_s": args.window,
             "idle_window_s": args.idle_window,
@@ -619,12 +652,13 @@ def report(r: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     p95s: dict[str, float] = {}
+    on = ON[s.get("feeds_on", "burst")]
     for condition, label in CONDITIONS.items():
         rows = r["bursts"][condition]
         p95 = [b["ttft_ms"]["p95"] for b in rows if b["ttft_ms"]["p95"] is not None]
         p95s[condition] = median(p95) if p95 else float("nan")
         lines.append(
-            f"| {label.format(pages=f'{s_pages:,}', feeds=s['feeds'])} | {len(rows)} | "
+            f"| {label.format(pages=f'{s_pages:,}', feeds=s['feeds'], on=on)} | {len(rows)} | "
             f"{_med([b['ttft_ms']['p50'] for b in rows if b['ttft_ms']['p50']])} ms | **{_med(p95)} ms** | "
             f"{_med([b['last_first_token_ms'] for b in rows if b['last_first_token_ms']])} ms | "
             f"{sum(sum(b['errors'].values()) for b in rows)} | {_med([b['cpu_s']['service'] * 1000 for b in rows])} ms "
@@ -660,7 +694,12 @@ def report(r: dict[str, Any]) -> str:
         f"{' ' + str(r['failed_to_open']) if r['failed_to_open'] else ''}; closed by the service while idle: "
         f"{r['pages_lost_while_idle']}. The feeds' "
         f"fan-out: {events:,.0f} events a burst, the service's CPU a burst {cpu['all'] * 1000:.0f} ms with them "
-        f"against {cpu['pages'] * 1000:.0f} ms with the pages alone: {per_event:.0f} µs a feed event (medians).",
+        f"against {cpu['pages'] * 1000:.0f} ms with the pages alone"
+        + (
+            f": {per_event:.0f} µs a feed event (medians)."
+            if s.get("feeds_on", "burst") == "burst"
+            else " (medians; too few events to time one: `--feeds-on burst` does)."
+        ),
         "",
         FINDINGS,
         "",
@@ -668,34 +707,39 @@ def report(r: dict[str, Any]) -> str:
             keepalive=s["keepalive_s"],
             passage=s["passage_tokens"],
             tokens=s["answer_tokens"],
-            feeds=s["feeds"],
+            feeds_where=FEEDS_WHERE[s.get("feeds_on", "burst")].format(feeds=s["feeds"]),
             quiet=QUIET_CORES,
         ),
     ]
     return "\n".join(lines) + "\n"
 
 
+FEEDS_WHERE = {
+    "spread": "one a class (the burst's class and {feeds} - 1 of the pages' classes), as a district's teachers have "
+    "them: one copy of every question event of the burst",
+    "burst": "all of them on the burst's class: a worst case of fan-out (a class has one teacher, who may have a "
+    "few tabs open), {feeds} copies of every question event",
+}
+
 NOTES = """What the figures are. *VmRSS*, *RssAnon*: the service process's, from /proc/PID/status, 5 s after the
 pages were opened; "a page, from none" is its growth since no page was open divided by the pages, "since the row
-above" the same for the last step only (without what the first pages pay once). Socket buffers are the kernel's,
-not in RSS. A page is a joined pupil's `GET /api/pupil/events`, read from its first `class` event; pupils are in
-classes of 30, each class with a passage of {passage} tokens of its own (random words, as the burst's class). A
-teacher feed is `GET /api/classrooms/ID/events` of the burst's class, all of them on that one class with the one
-teacher's cookie: a worst case of fan-out (a class has one teacher, who may have a few tabs open), {feeds} copies
-of every question event. *CPU a keep-alive*: the service's CPU (utime + stime) over the idle window with the pages
-open, less its CPU with none open over the same length of time, divided by the keep-alives the client counted
-(the service's `: keep-alive` comment, one every {keepalive:g} s a page). *Redis*: `CLIENT LIST` entries on the
-service's database; pub/sub ones (flag P) in brackets; *subscribers*/*channels*: its `classroom_subscribers` and
-`classroom_subscribed_channels` gauges (the process's own listeners among them). *Burst*: 30 pupils of one class (a
-{passage}-token passage, warmed; the service's own prompt layout; fresh random 30-token questions) ask at once
-through the service; the fake answers {tokens} tokens at once. TTFT is from sending to the first `token` event;
-"last first token" from the burst's start to the last pupil's first token. *Feed events a burst*: `question` events
-the feeds received from the burst's start to a second after its last answer (2 a question a feed). Rounds go none,
-pages, all, all, pages, none, ... (none: nothing open; pages: the pupil pages; all: pages and feeds); between
-rounds of different conditions pages or feeds are closed or opened, then the benchmark waits until the service is
-quiet (below {quiet:g} of a core over a second, twice running) and sends one burst that is reported apart (the
-change table), then the measured ones; medians over every measured burst of a condition, [min-max]. Loop timers:
-`classroom_event_loop_lag_seconds` timers that fired over 10 ms late.
+above" the same for the last step only (without what the first pages pay once). Socket buffers are the kernel's, not
+in RSS. A page is a joined pupil's `GET /api/pupil/events`, read from its first `class` event; pupils are in classes
+of 30, each class with a passage of {passage} tokens of its own (random words, as the burst's class). A teacher feed
+is `GET /api/classrooms/ID/events` with the one teacher's cookie, {feeds_where}. *CPU a keep-alive*: the service's
+CPU (utime + stime) over the idle window with the pages open, less its CPU with none open over the same length of
+time, divided by the keep-alives the client counted (the service's `: keep-alive` comment, one every {keepalive:g} s
+a page). *Redis*: `CLIENT LIST` entries on the service's database; pub/sub ones (flag P) in brackets;
+*subscribers*/*channels*: its `classroom_subscribers` and `classroom_subscribed_channels` gauges (the process's own
+listeners among them). *Burst*: 30 pupils of one class (a {passage}-token passage, warmed; the service's own prompt
+layout; fresh random 30-token questions) ask at once through the service; the fake answers {tokens} tokens at once.
+TTFT is from sending to the first `token` event; "last first token" from the burst's start to the last pupil's first
+token. *Feed events a burst*: `question` events the feeds received from the burst's start to a second after its last
+answer (2 a question a feed). Rounds go none, pages, all, all, pages, none, ... (none: nothing open; pages: the
+pupil pages; all: pages and feeds); between rounds of different conditions pages or feeds are closed or opened, then
+the benchmark waits until the service is quiet (below {quiet:g} of a core over a second, twice running) and sends
+one burst that is reported apart (the change table), then the measured ones; medians over every measured burst of a
+condition, [min-max]. Loop timers: `classroom_event_loop_lag_seconds` timers that fired over 10 ms late.
 
 The service's Redis pool keeps the connections it opened: opening pages 64 at a time takes up to 64 of them for a
 moment (a session read and the class's), so the count after opening is the pool's most, not what open pages hold.
@@ -728,11 +772,20 @@ What is left of a page (tracemalloc, ~29 KiB traced a page against ~21 KiB of RS
 first): uvicorn's protocol, request cycle and its `message_event` (a deque each), the middlewares' frames, the
 stream's task, cancel scope and timer.
 
-What still slows a burst beside 10,000 pages (a run with `gc.callbacks` logging in a wrapper): the bursts are
-bimodal, as fast as with nothing open (54-68 ms) or about twice as slow (120-156 ms). Full collections take
-0.35-0.40 s with 10,000 pages open, and come whenever what survived younger collections has grown by a quarter:
-opening 10,000 pages at once set off seven (0.02-0.23 s each, growing with the heap); a burst that meets one
-waits for it. The keep-alives of pages opened together also come together (10,000 in a few seconds every 10 s)."""
+What the collector did to a burst beside 10,000 pages (a run with `gc.callbacks` logging in a wrapper, before
+service/quiet_collector.py): full collections took 0.35-0.40 s with 10,000 pages open, and came whenever what survived
+younger collections had grown by a quarter: what survives them is mostly what is in flight, so a burst set one off and
+waited for it (bursts of 500-670 ms, p95s of 503 and 641 ms in the runs before). Now CPython starts no full collection
+itself: the process makes one when no answer is being written (at most every 60 s, at least every 10 min). The worst
+burst of this run: p95 133 ms.
+
+What is left (not found here): with the pages open a burst costs the service ~80 ms more CPU (140 against 60 ms, its
+second after the burst included). The keep-alives in that window explain about 40 ms (1,000 a second at ~37 µs); a
+py-spy profile of the bursts (`--profile`, nonblocking, so without native frames) puts most of the rest in the event
+loop's own C code (uvloop), not in any Python frame. Spreading the keep-alives (the first at a random point of the
+interval) did not change the burst (pages alone 1.31×, against 0.98-1.51× in three runs without), and was not kept. The
+client holds the pages' 10,000 sockets in the loop that times the burst, so part of what is seen may be the client's:
+moving the pages into a process of their own is the next step of this benchmark."""
 
 
 def main() -> None:
@@ -752,10 +805,21 @@ def main() -> None:
     parser.add_argument(
         "--classroom", type=Path, default=Path(sys.executable).with_name("classroom"), help="the service's command"
     )
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy records the service during each round's bursts, into this folder"
+    )
     parser.add_argument("--quick", action="store_true", help="small numbers, a smoke check; writes nothing")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
-    parser.add_argument("--report", action="store_true", help="open-pages.md again from the saved JSON, nothing run")
+    parser.add_argument(
+        "--feeds-on",
+        choices=list(RESULT_NAMES),
+        default="spread",
+        help="one feed a class (spread), or every feed on the burst's class (burst)",
+    )
+    parser.add_argument("--report", action="store_true", help="the .md again from the saved JSON, nothing run")
     args = parser.parse_args()
+    name = RESULT_NAMES[args.feeds_on]
+    RESULTS, REPORT = RESULTS_DIR / f"{name}.json", RESULTS_DIR / f"{name}.md"
     if args.report:
         table = report(json.loads(RESULTS.read_text()))
         REPORT.write_text(table)

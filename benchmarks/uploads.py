@@ -135,7 +135,7 @@ class Service:
         self.env = env
         python = checkout / ".venv" / "bin" / "python" if checkout else Path(sys.executable)
         # -P: not the working directory first on the path, where this checkout's service/ would be found
-        self.cli = [str(python), "-P", "-c", "from service.local.cli import app; app()"]
+        self.cli = [str(python), "-P", "-c", "from service.cli import app; app()"]
         cap = ["prlimit", f"--as={int(memory_cap_gib * 1024**3)}", "--"] if memory_cap_gib else []
         self.argv = [*cap, *self.cli, "serve"]
         self.url = f"http://127.0.0.1:{env['CLASSROOM_API__PORT']}"

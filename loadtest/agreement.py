@@ -34,8 +34,8 @@ from loadtest.results import CacheCounters, RunResult
 from loadtest.servermetrics import parse_counters
 from loadtest.stats import figures, server_timing
 from service.backends.tokens import ModelTokenizer
-from service.backends.vllm_metrics import root_url
 from service.local.vllm_server.flags import LAUNCHER, venv_python
+from service.settings import root_url
 
 # The figures compared, by definition: (name, ours from stats.Figures, theirs in vllm bench's JSON).
 COMPARED: list[tuple[str, str, str]] = [

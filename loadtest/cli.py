@@ -22,7 +22,10 @@ from loadtest.scheduler import DEFAULT_MAX_IN_FLIGHT, Profile
 from loadtest.workload import Workload, classroom, seed_workload, synthetic
 from service.settings import Settings
 
-app = typer.Typer(help="The pre-rollout load test: latency, quality and cost of a variant.", no_args_is_help=True)
+# Named: its commands are a group of `classroom` (`classroom loadtest run`), added by entry point.
+app = typer.Typer(
+    name="loadtest", help="The pre-rollout load test: latency, quality and cost of a variant.", no_args_is_help=True
+)
 app.add_typer(quality_app, name="quality")
 
 TARGETS, WORKLOADS, PROFILES = get_args(TargetKind), get_args(WorkloadKind), get_args(ProfileKind)

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 
 from loadtest.results import Environment, ModelInfo
-from service.backends.vllm_metrics import root_url
 from service.model_manifest import read_manifest
+from service.settings import root_url
 
 # vllm and torch where the client runs in the server's environment (the GPU machine: one interpreter).
 CLIENT_PACKAGES = ("classroom-assistant", "httpx", "numpy", "pydantic", "tokenizers", "openai", "vllm", "torch")

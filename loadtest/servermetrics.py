@@ -5,7 +5,8 @@ the client timed: stats.server_timing)."""
 import httpx
 
 from loadtest.results import CacheCounters
-from service.backends.vllm_metrics import root_url, sum_samples
+from service.backends.vllm_metrics import sum_samples
+from service.settings import root_url
 
 # Each field, and the sample names vLLM has used for it (the newest first, as service.backends.vllm_metrics keys them).
 # vLLM's TTFT runs from the API server's arrival of the request to its first token leaving the engine; its

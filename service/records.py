@@ -2,8 +2,12 @@
 
 from datetime import UTC, datetime
 from enum import StrEnum
+from pathlib import Path
 
-from pydantic import BaseModel, Field
+import yaml
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from service.errors import InvalidInput
 
 
 def utcnow() -> datetime:
@@ -27,6 +31,20 @@ class Classroom(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
     # Archived: put away by the teacher, closed to pupils, listed apart; None while in use.
     archived_at: datetime | None = None
+
+    def changed(
+        self, *, name: str | None = None, is_open: bool | None = None, archived: bool | None = None
+    ) -> "Classroom":
+        """Renamed, closed or reopened, archived or restored (None: as it is). Archiving an archived class keeps
+        when it was archived."""
+        changes: dict[str, object] = {}
+        if name is not None:
+            changes["name"] = name
+        if is_open is not None:
+            changes["is_open"] = is_open
+        if archived is not None and archived != (self.archived_at is not None):
+            changes["archived_at"] = utcnow() if archived else None
+        return self.model_copy(update=changes)
 
 
 class PupilSession(BaseModel):
@@ -74,6 +92,14 @@ class QuestionStatus(StrEnum):
     REFUSED = "refused"
 
 
+# The error an answer is stored with when its pupil pressed Stop (the pupil reads it).
+STOPPED = "You stopped this answer."
+UNANSWERED = frozenset({QuestionStatus.FAILED, QuestionStatus.REFUSED, QuestionStatus.INCOMPLETE})
+# Ended by the pupil, not by us: Stop, and (in records stored before answers outlived their connection) a
+# pupil who closed the page.
+PUPILS_DOING = frozenset({STOPPED, "The pupil left before the answer finished."})
+
+
 class QuestionRecord(BaseModel):
     id: str
     classroom_id: str
@@ -94,3 +120,81 @@ class QuestionRecord(BaseModel):
     total_ms: float | None = None
     asked_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None
+
+
+def is_error(record: QuestionRecord) -> bool:
+    """Failed, refused for a full line, or cut short by the backend; a pupil who stopped it is no error of ours."""
+    return record.status in UNANSWERED and record.error not in PUPILS_DOING
+
+
+# The backends' configuration (service/backends/routing.py routes by it), shared by every process through Redis.
+
+
+class Variant(BaseModel):
+    replicas: list[str] = Field(min_length=1, description="OpenAI base URLs, e.g. http://10.0.0.5:8000/v1")
+    description: str = ""
+
+
+class Canary(BaseModel):
+    variant: str
+    percent: int = Field(ge=0, le=100)
+
+
+class BackendConfig(BaseModel):
+    version: int = 0
+    active: str
+    canary: Canary | None = None
+    variants: dict[str, Variant]
+
+    @model_validator(mode="after")
+    def _names_exist(self) -> "BackendConfig":
+        if self.active not in self.variants:
+            raise ValueError(f"the active variant '{self.active}' is not one of {sorted(self.variants)}")
+        if self.canary is not None:
+            if self.canary.variant not in self.variants:
+                raise ValueError(f"the canary variant '{self.canary.variant}' is not one of {sorted(self.variants)}")
+            if self.canary.variant == self.active:
+                raise ValueError("the canary must be another variant than the active one")
+        return self
+
+    @classmethod
+    def from_file(cls, path: Path) -> "BackendConfig":
+        return cls.model_validate(yaml.safe_load(path.read_text()))
+
+    @classmethod
+    def single(cls, base_url: str) -> "BackendConfig":
+        """One variant, one replica: what a deployment that names only `backend.base_url` gets."""
+        return cls(active="original", variants={"original": Variant(replicas=[base_url])})
+
+    def replica_urls(self) -> list[str]:
+        return sorted({url for variant in self.variants.values() for url in variant.replicas})
+
+    # An operator's changes (service/api/operator.py), each checked as a whole by `revised` when it is stored.
+
+    def with_active(self, variant: str) -> "BackendConfig":
+        """New questions go to `variant`; a canary of that variant ends (it has become the active one)."""
+        canary = None if self.canary and self.canary.variant == variant else self.canary
+        return self.model_copy(update={"active": variant, "canary": canary})
+
+    def with_canary(self, canary: "Canary | None") -> "BackendConfig":
+        return self.model_copy(update={"canary": canary})
+
+    def with_variant(self, name: str, variant: "Variant") -> "BackendConfig":
+        """`name` declared, or its replicas changed (one added to scale out, one removed to drain it)."""
+        return self.model_copy(update={"variants": {**self.variants, name: variant}})
+
+    def without_variant(self, name: str) -> "BackendConfig":
+        if name not in self.variants:
+            raise InvalidInput(f"there is no variant '{name}'")
+        return self.model_copy(update={"variants": {k: v for k, v in self.variants.items() if k != name}})
+
+    def revised(self, version: int) -> "BackendConfig":
+        """This configuration as `version`, checked as a whole (the variants it names exist, the canary is another
+        one): InvalidInput with the checks' own sentences if it cannot route."""
+        try:
+            return BackendConfig.model_validate({**self.model_dump(), "version": version})
+        except ValidationError as exc:
+            # A check of ours raises ValueError: its sentence as written, not pydantic's "Value error, ..." wrapping.
+            raise InvalidInput(
+                "; ".join(str(e["ctx"]["error"]) if e["type"] == "value_error" else e["msg"] for e in exc.errors())
+            ) from exc

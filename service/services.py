@@ -9,7 +9,6 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from service.backends.fleet import Fleet
-from service.backends.routing import BackendConfig
 from service.backends.turns import Turns
 from service.backends.upstream import Upstream
 from service.backends.warmup import Warmup
@@ -26,6 +25,8 @@ from service.classroom.publishing import Passages
 from service.classroom.retention import Retention
 from service.draining import Draining
 from service.model_manifest import ModelManifest, read_manifest
+from service.quiet_collector import QuietCollector
+from service.records import BackendConfig
 from service.settings import Settings
 from service.store import RateLimit, Store, connect, open_connections
 from service.telemetry.loop_lag import LoopLag
@@ -106,6 +107,8 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
     registry.register(AnswersInFlight(answers))
     registry.register(Subscribers(store.subscriptions))
     loop_lag = LoopLag(metrics.loop_lag, settings.api.loop_lag_interval_s)
+    api = settings.api
+    collector = QuietCollector(answers, check_s=api.gc_check_s, least_s=api.gc_least_s, most_s=api.gc_most_s)
     answering = Answering(
         store,
         prompts,
@@ -134,6 +137,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         await notices.start()
         await answers.start()
         await loop_lag.start()
+        await collector.start()
         yield Services(
             settings=settings,
             redis=redis,
@@ -147,6 +151,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
                 prompts,
                 warmup if settings.routing.warmup else None,
                 DocumentReader(settings.documents, prompts.passage_max_chars),
+                upload_max_bytes=settings.limits.upload_max_bytes,
             ),
             metrics=metrics,
             scrape=scrape,
@@ -158,6 +163,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
             served_name=model,
         )
     finally:
+        await collector.close()
         await loop_lag.close()
         await notices.close()
         # Answers still being written (no pupil's connection kept the server waiting for them) end first,

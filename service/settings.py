@@ -12,7 +12,6 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service import model_manifest
-from service.backends import vllm_metrics
 
 # The names of each setting's choices, defined here once and imported where they are used.
 StandinSize = Literal["tiny", "0.5b", "1.5b"]  # Qwen2.5's shapes: the real checkpoint from the hub, else the stand-in
@@ -23,6 +22,11 @@ PromptFormat = Literal["chat", "token_ids"]
 PromptLayout = Literal["passage_first", "question_first"]
 Routing = Literal["affinity", "round_robin", "gateway"]
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def root_url(base_url: str) -> str:
+    """Where a vLLM server's /health and /metrics live: its OpenAI base URL without the /v1."""
+    return base_url.rstrip("/").removesuffix("/v1")
 
 
 class ApiSettings(BaseModel):
@@ -44,6 +48,11 @@ class ApiSettings(BaseModel):
     # How often each process times its event loop's lag (classroom_event_loop_lag_seconds): often enough to
     # see a burst's, a wake-up costing microseconds.
     loop_lag_interval_s: float = Field(default=0.05, gt=0)
+    # Full garbage collections made by the process when no answer is being written (service/quiet_collector.py):
+    # looked for every `gc_check_s`, at most one every `gc_least_s`, and one after `gc_most_s` whatever the load.
+    gc_check_s: float = Field(default=1.0, gt=0)
+    gc_least_s: float = Field(default=60.0, gt=0)
+    gc_most_s: float = Field(default=600.0, gt=0)
 
     def resolved_workers(self, cores: int) -> int:
         return self.workers or max(1, min(4, cores // 4))
@@ -128,7 +137,7 @@ class BackendSettings(BaseModel):
     @property
     def root_url(self) -> str:
         """The server's root (where /health and /metrics live), without the /v1 suffix."""
-        return vllm_metrics.root_url(self.base_url)
+        return root_url(self.base_url)
 
 
 class RoutingSettings(BaseModel):

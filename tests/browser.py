@@ -3,7 +3,7 @@ must keep passing (labels, no sideways scrolling on a phone, no Content-Security
 
 from playwright.sync_api import Browser, BrowserContext, Page, ViewportSize, expect
 
-from tests.conftest import ROOT
+from tests.servers import ROOT
 
 SCREENSHOTS = ROOT / ".test-artifacts" / "screenshots"
 CHROMIUM = "/usr/bin/chromium"

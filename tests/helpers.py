@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from httpx_sse import connect_sse
@@ -35,6 +35,30 @@ SENTENCES = [
     "Farmers sometimes bring hives into orchards in spring so that the apple blossoms are pollinated.",
 ]
 PASSWORD = "correct horse battery staple"
+
+T = TypeVar("T")
+
+
+def eventually(
+    probe: Callable[[], T],
+    what: str,
+    timeout_s: float = 60,
+    *,
+    until: Callable[[T], object] = bool,
+    every_s: float = 0.2,
+) -> T:
+    """Call `probe()` every `every_s` until `until` holds of what it returns (by default: until it is truthy), and
+    return that; fail after `timeout_s`, naming `what` was awaited and what `probe()` returned last."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if until(value):
+            return value
+        if time.monotonic() >= deadline:
+            # A bare True/False says nothing more than the failure itself; a record or a list may say why.
+            last = "" if isinstance(value, bool) else f"; last seen: {repr(value)[:2000]}"
+            raise AssertionError(f"waited {timeout_s:g} s in vain until {what}{last}")
+        time.sleep(every_s)
 
 
 def passage_text(approx_tokens: int, seed: int | None = None) -> str:
@@ -63,6 +87,10 @@ def signed_in_teacher(settings: Settings, base_url: str, name: str = "Ms Rivera"
     response = client.post("/api/teacher/session", json={"email": email, "password": PASSWORD})
     assert response.status_code == 200, response.text
     return client
+
+
+# What the `join` fixture hands a test: `join(join_code, name)` is a client carrying that pupil's session cookie.
+Join = Callable[[str, str], httpx.Client]
 
 
 def joined_pupil(base_url: str, join_code: str, name: str) -> httpx.Client:
@@ -215,13 +243,12 @@ def routed_questions(operator: httpx.Client, classroom_id: str) -> list[dict[str
 
 def wait_until_warmed(operator: httpx.Client, classroom_id: str, timeout_s: float = 60) -> list[str]:
     """The replicas holding the class's active passage in their cache, once warm-up has sent it."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        warmed: list[str] = routing_of(operator, classroom_id)["warmed_on"]
-        if warmed:
-            return warmed
-        time.sleep(0.2)
-    raise AssertionError("the active passage was never warmed")
+
+    def warmed_on() -> list[str]:
+        replicas: list[str] = routing_of(operator, classroom_id)["warmed_on"]
+        return replicas
+
+    return eventually(warmed_on, "the active passage was warmed", timeout_s)
 
 
 def metric_samples(text: str, classroom_id: str) -> dict[tuple[str, str], float]:
@@ -253,14 +280,6 @@ def requests_asking_for(vllm_metrics: dict[str, list[tuple[dict[str, str], float
 def pupils_questions(vllm_metrics: dict[str, list[tuple[dict[str, str], float]]]) -> float:
     """Requests a replica finished with a pupil's max_tokens (48 in the tests: above warm-ups and bursts)."""
     return requests_asking_for(vllm_metrics, 20, 50)
-
-
-def eventually(check: Callable[[], bool], timeout_s: float, what: str = "the condition held") -> None:
-    """Wait until `check()` is true, polling every 0.1 s; fail after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.1)
 
 
 def warmup_burst_requests(vllm_metrics: dict[str, list[tuple[dict[str, str], float]]]) -> float:

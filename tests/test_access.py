@@ -5,8 +5,7 @@ import pytest
 from pydantic import ValidationError
 
 from service.settings import Settings
-from tests.conftest import Join
-from tests.helpers import add_passage, ask_json, create_classroom, error_of, passage_text, signed_in_teacher
+from tests.helpers import Join, add_passage, ask_json, create_classroom, error_of, passage_text, signed_in_teacher
 
 
 def test_a_pupil_of_class_a_can_neither_post_to_nor_read_class_b(

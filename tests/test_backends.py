@@ -4,70 +4,41 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 from httpx_sse import connect_sse
 from typer.testing import CliRunner
 
 from service.app import create_app
 from service.backends.routing import rendezvous_order
 from service.backends.vllm_metrics import VLLM_NAMES, parse_vllm_metrics, sum_samples
-from service.local.cli import app
+from service.cli import app
 from service.settings import PROJECT_ROOT, RoutingSettings, Settings
-from tests.conftest import Join, ServerThread, Vllm, isolated, report
+from tests.backends import backends_file, replica_healthy, running
+from tests.figures import report
 from tests.helpers import (
+    Join,
     add_passage,
     ask_json,
     ask_streaming,
     ask_then_stop,
     create_classroom,
+    eventually,
     joined_pupil,
     metric_samples,
     operator_headers,
     passage_text,
     requests_asking_for,
     routed_questions,
-    signed_in_teacher,
     stored_questions,
     wait_until_warmed,
     warmup_burst_requests,
 )
-
-
-def backends_file(tmp_path: Path, variants: dict[str, list[str]], active: str) -> Path:
-    path = tmp_path / "backends.yaml"
-    path.write_text(yaml.safe_dump({"active": active, "variants": {k: {"replicas": v} for k, v in variants.items()}}))
-    return path
-
-
-@contextmanager
-def running(settings: Settings) -> Iterator[tuple[str, httpx.Client, httpx.Client]]:
-    """A service process on its own Redis database: its URL, a signed-in teacher, an operator."""
-    with (
-        ServerThread(create_app(settings)) as service,
-        closing(signed_in_teacher(settings, service.url)) as teacher,
-        httpx.Client(base_url=service.url, headers=operator_headers(settings), timeout=30) as operator,
-    ):
-        yield service.url, teacher, operator
-
-
-def wait_for(condition: Any, what: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.2)
-
-
-def replica_healthy(operator: httpx.Client, url: str) -> bool:
-    replicas = operator.get("/api/operator/backends").json()["replicas"]
-    return any(r["url"] == url and r["healthy"] for r in replicas)
+from tests.servers import ServerThread, Vllm, isolated
 
 
 @pytest.mark.slow  # a second vLLM (~35 s to start here), stopped and started
@@ -96,7 +67,7 @@ def test_switching_variants_while_pupils_ask_loses_no_question(
             threads = [threading.Thread(target=keep_asking, args=(p,)) for p in pupils[1:]]
             for thread in threads:
                 thread.start()
-            wait_for(lambda: len(outcomes) >= 3, "a few questions were answered before the switch")
+            eventually(lambda: len(outcomes) >= 3, "a few questions were answered before the switch")
             switched = operator.put("/api/operator/backends/active", json={"variant": "fp8"})
             assert switched.status_code == 200 and switched.json()["config"]["active"] == "fp8"
             rest = [e.event for e in events]
@@ -150,19 +121,21 @@ def test_affinity_failover_and_return_with_two_replicas(
                 answer = ask_json(pupil, moved["id"], "While it is down?")
                 assert answer.status_code == 200
             assert routed_questions(operator, moved["id"])[0]["replica"] == vllm.base_url
-            wait_for(lambda: not replica_healthy(operator, home), "the probes saw the replica go")
+            eventually(lambda: not replica_healthy(operator, home), "the probes saw the replica go")
         finally:
             restart_s = second_vllm.start()
 
         # It comes back: the probes see it, send it a new warm-up burst (a new run of the replica, its
         # counters from 0), warm its passages again, and its classes return to it.
-        wait_for(lambda: replica_healthy(operator, home), "the probes saw the replica come back")
-        wait_for(
+        eventually(lambda: replica_healthy(operator, home), "the probes saw the replica come back")
+        eventually(
             lambda: requests_asking_for(second_vllm.metrics(), 0, 1) > 0,  # for 1 token: a passage's warm-up
             "the passages were sent to the restarted replica ahead of the pupils",
         )
         burst = own.routing.warmup_burst
-        wait_for(lambda: warmup_burst_requests(second_vllm.metrics()) >= burst, "the restarted replica's burst")
+        eventually(
+            lambda: warmup_burst_requests(second_vllm.metrics()) >= burst, "the restarted replica's burst was answered"
+        )
         with closing(joined_pupil(url, moved["join_code"], "Ed")) as pupil:
             answer = ask_json(pupil, moved["id"], "Back again?").json()
         assert routed_questions(operator, moved["id"])[0]["replica"] == home
@@ -182,7 +155,10 @@ def test_every_process_follows_a_switch_and_bad_changes_are_refused(
         assert second.get("/api/operator/backends").json()["config"]["active"] == "original"
         began = time.monotonic()
         first.put("/api/operator/backends/canary", json={"variant": "fp8", "percent": 25})
-        wait_for(lambda: second.get("/api/operator/backends").json()["config"]["canary"] is not None, "followed")
+        eventually(
+            lambda: second.get("/api/operator/backends").json()["config"]["canary"] is not None,
+            "the other process followed",
+        )
         report("a change reached another service process after (s)", round(time.monotonic() - began, 2))
         config = second.get("/api/operator/backends").json()["config"]
         assert config["canary"] == {"variant": "fp8", "percent": 25} and config["version"] == 1
@@ -205,7 +181,10 @@ def test_metrics_agree_with_the_stored_records(teacher: httpx.Client, join: Join
     for name in ("Ada", "Ben", "Cy"):
         assert ask_streaming(join(classroom["join_code"], name), classroom["id"], "Why?").done is not None
     ask_then_stop(join(classroom["join_code"], "Di"), classroom["id"], "Stopping early?")  # cut short
-    wait_for(lambda: stored_questions(teacher, classroom["id"])[0]["status"] == "incomplete", "stored as cut short")
+    eventually(
+        lambda: stored_questions(teacher, classroom["id"])[0]["status"] == "incomplete",
+        "the answer was stored as cut short",
+    )
 
     records = stored_questions(teacher, classroom["id"])
     samples = metric_samples(httpx.get(f"{service}/metrics").text, classroom["id"])
@@ -260,7 +239,10 @@ def test_an_operator_loads_a_new_backends_file_from_the_command_line(
         loaded = CliRunner().invoke(app, ["backends", "load", str(file)], env={"CLASSROOM_REDIS__URL": own.redis.url})
         assert loaded.exit_code == 0, loaded.output
         assert "active fp8" in loaded.output
-        wait_for(lambda: operator.get("/api/operator/backends").json()["config"]["active"] == "fp8", "followed")
+        eventually(
+            lambda: operator.get("/api/operator/backends").json()["config"]["active"] == "fp8",
+            "the service followed the file",
+        )
         broken = tmp_path / "broken.yaml"
         broken.write_text("active: nowhere\nvariants: {}\n")
         refused = CliRunner().invoke(

@@ -10,9 +10,9 @@ import httpx
 from service.app import create_app
 from service.local.processes import free_port
 from service.settings import Settings
-from tests.conftest import Join, ServerThread, isolated
 from tests.helpers import (
     PASSWORD,
+    Join,
     add_passage,
     ask_json,
     ask_streaming,
@@ -24,6 +24,7 @@ from tests.helpers import (
     signed_in_teacher,
     stored_questions,
 )
+from tests.servers import ServerThread, isolated
 
 
 def test_empty_question_is_refused_and_not_stored(teacher: httpx.Client, join: Join) -> None:

@@ -15,7 +15,6 @@ import redis
 from service.app import create_app
 from service.local.processes import free_port
 from service.settings import RoutingSettings, Settings
-from tests.conftest import ServerThread, Vllm, isolated, running_server
 from tests.helpers import (
     add_passage,
     ask_streaming,
@@ -28,6 +27,7 @@ from tests.helpers import (
     signed_in_teacher,
     wait_until_warmed,
 )
+from tests.servers import ServerThread, Vllm, isolated, running_server
 
 GATEWAY = RoutingSettings(policy="gateway")
 

@@ -8,13 +8,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from service.cli import app
 from service.local import capacity as cap
-from service.local.cli import app
 from service.local.model.standin import SHAPES, model_config, parameter_count, random_weights
 from service.local.vllm_server.flags import CPU_DTYPE, detect_device
 from service.local.vllm_server.server import vllm_process
 from service.settings import BackendSettings, Settings
-from tests.conftest import STATE, Vllm, report
+from tests.figures import report
+from tests.servers import STATE, Vllm
 
 KIB, MIB = 1 << 10, 1 << 20
 

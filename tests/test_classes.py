@@ -7,8 +7,8 @@ import httpx
 import redis
 
 from service.settings import Settings
-from tests.conftest import Join
 from tests.helpers import (
+    Join,
     add_passage,
     ask_json,
     create_classroom,

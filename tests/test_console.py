@@ -11,15 +11,16 @@ from httpx_sse import connect_sse
 
 from service.classroom.answer_stream import MIDSTREAM_FAILURE
 from service.classroom.figures import figures
-from service.classroom.live import STOPPED
-from service.records import QuestionRecord, QuestionStatus
+from service.records import STOPPED, QuestionRecord, QuestionStatus
 from service.settings import PROJECT_ROOT, RoutingSettings, Settings
-from tests.conftest import Join, Vllm, isolated
+from tests.backends import backends_file, running
 from tests.helpers import (
+    Join,
     add_passage,
     ask_json,
     ask_then_stop,
     create_classroom,
+    eventually,
     operator_headers,
     passage_text,
     requests_asking_for,
@@ -27,7 +28,7 @@ from tests.helpers import (
     stored_questions,
     wait_until_warmed,
 )
-from tests.test_backends import backends_file, running, wait_for
+from tests.servers import Vllm, isolated
 
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
 
@@ -132,11 +133,17 @@ def test_choosing_the_active_variant_again_keeps_the_version_and_warms_nothing(
         def warmups() -> float:  # requests for one token: passages' warm-ups
             return requests_asking_for(vllm.metrics(), 0, 1)
 
-        settled, deadline = [warmups()], time.monotonic() + 30
-        while len(settled) < 2 or settled[-1] != settled[-2]:  # the same count a second apart
-            assert time.monotonic() < deadline, f"vLLM's counters never settled: {settled}"
+        settled = [warmups()]
+
+        def a_second_later() -> list[float]:
             time.sleep(1)
             settled.append(warmups())
+            return settled
+
+        # The same count a second apart.
+        eventually(
+            a_second_later, "vLLM's counters settled", 30, until=lambda counts: counts[-1] == counts[-2], every_s=0
+        )
         before = operator.get("/api/operator/backends").json()["config"]
         for again in (
             operator.put("/api/operator/backends/active", json={"variant": "original"}),
@@ -151,7 +158,7 @@ def test_choosing_the_active_variant_again_keeps_the_version_and_warms_nothing(
         # The control: a real switch is a new version and warms the passage on the variant switched to.
         switched = operator.put("/api/operator/backends/active", json={"variant": "copy"}).json()["config"]
         assert switched["active"] == "copy" and switched["version"] == before["version"] + 1
-        wait_for(lambda: warmups() > settled[-1], "the switch warmed the passage")
+        eventually(lambda: warmups() > settled[-1], "the switch warmed the passage")
 
 
 def test_operator_figures_name_each_class_by_code_and_teacher_and_count_errors(
@@ -162,7 +169,11 @@ def test_operator_figures_name_each_class_by_code_and_teacher_and_count_errors(
         add_passage(teacher, classroom["id"], passage_text(60))
         assert ask_json(join(classroom["join_code"], "Ada"), classroom["id"], "Why?").status_code == 200
         ask_then_stop(join(classroom["join_code"], "Ben"), classroom["id"], "Gone?")
-        wait_for(lambda: stored_questions(teacher, classroom["id"])[0]["status"] == "incomplete", "stored", 30)
+        eventually(
+            lambda: stored_questions(teacher, classroom["id"])[0]["status"] == "incomplete",
+            "the cut-short answer was stored",
+            30,
+        )
     with httpx.Client(base_url=service, headers=operator_headers(settings), timeout=30) as operator:
         body = operator.get("/api/operator/stats").json()
     assert body["classrooms"][classroom["id"]] == {

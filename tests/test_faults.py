@@ -8,18 +8,19 @@ import pytest
 
 from service.backends.routing import rendezvous_order
 from service.settings import AnswerSettings, RoutingSettings, Settings
-from tests.conftest import Vllm, isolated
+from tests.backends import backends_file, replica_healthy, running
 from tests.helpers import (
     Streamed,
     add_passage,
     ask_streaming,
     create_classroom,
+    eventually,
     joined_pupil,
     passage_text,
     routed_questions,
     stored_questions,
 )
-from tests.test_backends import backends_file, replica_healthy, running, wait_for
+from tests.servers import Vllm, isolated
 
 MIDSTREAM = "The answer was cut short because the answering service stopped. Please ask again."
 
@@ -60,7 +61,7 @@ def test_a_replica_killed_mid_answer_tells_each_pupil_keeps_what_was_said_and_th
             return sum(v for _, v in running_now) >= n and sum(v for _, v in generated) > 3 * n
 
         try:
-            wait_for(lambda: decoding(3), "all three answers are being decoded on the doomed replica")
+            eventually(lambda: decoding(3), "all three answers are being decoded on the doomed replica")
             second_vllm.kill()
             for thread in threads:
                 thread.join(60)
@@ -84,7 +85,7 @@ def test_a_replica_killed_mid_answer_tells_each_pupil_keeps_what_was_said_and_th
             )
             assert again.status_code == 200 and again.json()["status"] == "answered"
             assert routed_questions(operator, classroom["id"])[0]["replica"] == vllm.base_url
-            wait_for(lambda: not replica_healthy(operator, second_vllm.base_url), "the probes saw it die")
+            eventually(lambda: not replica_healthy(operator, second_vllm.base_url), "the probes saw it die")
             assert len(stored_questions(teacher, classroom["id"])) == 4  # nothing else lost, nothing doubled
         finally:
             for pupil in pupils:

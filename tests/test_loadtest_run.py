@@ -18,7 +18,8 @@ from loadtest.stats import figures
 from loadtest.workload import RequestSpec, Workload, synthetic
 from service.backends.tokens import ModelTokenizer
 from service.settings import Settings
-from tests.conftest import Vllm, report
+from tests.figures import report
+from tests.servers import Vllm
 
 PROMPT, OUTPUT = 128, 6
 

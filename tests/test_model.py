@@ -7,7 +7,7 @@ import numpy as np
 from typer.testing import CliRunner
 
 from service.backends.tokens import ModelTokenizer
-from service.local.cli import app
+from service.cli import app
 from service.local.model.standin import SHAPES, parameter_count, random_weights
 from service.model_manifest import read_manifest
 

@@ -3,28 +3,36 @@
 import os
 import signal
 import threading
-import time
 from contextlib import closing
 from typing import Any
 
 import httpx
 from httpx_sse import connect_sse
+from redis import Redis
 
 from service.app import create_app
 from service.local.processes import free_port
 from service.local.redis_server import start_redis
 from service.settings import RedisSettings, Settings
-from tests.conftest import STATE, Join, ServerThread
+from service.store.keys import Keys
 from tests.helpers import (
+    Join,
     add_passage,
     ask_json,
     ask_streaming,
     create_classroom,
+    eventually,
     joined_pupil,
     passage_text,
     signed_in_teacher,
     stored_questions,
 )
+from tests.servers import STATE, ServerThread
+
+
+def numsub(redis: Redis, channel: str) -> int:
+    """How many connections listen to `channel`: one once a process's feed has subscribed, however many pages."""
+    return int(dict(redis.pubsub_numsub(channel))[channel.encode()])
 
 
 def test_redis_killed_mid_class_comes_back_with_every_question_and_answer(vllm_settings: Settings) -> None:
@@ -64,7 +72,7 @@ def test_redis_killed_mid_class_comes_back_with_every_question_and_answer(vllm_s
 
 
 def test_the_teachers_live_feed_shows_questions_as_they_are_asked_and_answered(
-    teacher: httpx.Client, join: Join
+    settings: Settings, teacher: httpx.Client, join: Join
 ) -> None:
     classroom = create_classroom(teacher)
     add_passage(teacher, classroom["id"], passage_text(80))
@@ -86,7 +94,10 @@ def test_the_teachers_live_feed_shows_questions_as_they_are_asked_and_answered(
     listener = threading.Thread(target=listen, daemon=True)
     listener.start()
     assert subscribed.wait(10)
-    time.sleep(0.3)  # the subscription reaches Redis just after the response starts
+    # The response starts before the feed subscribes: a question asked in between would be published to nobody.
+    channel = Keys.events(classroom["id"])
+    with Redis.from_url(settings.redis.url) as redis:
+        eventually(lambda: numsub(redis, channel) > 0, "the live feed listened on Redis", 10, every_s=0.02)
     streamed = ask_streaming(join(classroom["join_code"], "Ada"), classroom["id"], "Live?")
     listener.join(15)
     assert [(e["id"], e["status"]) for e in seen] == [

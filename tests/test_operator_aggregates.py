@@ -13,12 +13,11 @@ from hypothesis import strategies as st
 from service.classroom import aggregates, figures
 from service.classroom.abandoned import ABANDONED
 from service.classroom.answer_stream import MIDSTREAM_FAILURE
-from service.classroom.live import STOPPED
-from service.records import Passage, PupilSession, QuestionRecord, QuestionStatus, Usage
+from service.records import STOPPED, Passage, PupilSession, QuestionRecord, QuestionStatus, Usage
 from service.store import Keys, RateLimit, Store, open_store
 from service.store.ids import new_id
 from service.store.stats import HOUR, KEPT_S, MINUTE, TEN, TTFT_RATIO, Tally, tally_of
-from tests.conftest import own_database_url
+from tests.servers import own_database_url
 
 PRECISION = TTFT_RATIO - 1
 

@@ -12,8 +12,8 @@ import httpx
 from httpx_sse import connect_sse
 
 from service.settings import Settings
-from tests.conftest import Join, service_process
-from tests.helpers import add_passage, create_classroom, error_of, passage_text, stored_questions
+from tests.helpers import Join, add_passage, create_classroom, error_of, passage_text, stored_questions
+from tests.servers import service_process
 
 NOTICE_WAIT_S = 10
 

@@ -6,9 +6,9 @@ import io
 import httpx
 import pytest
 
-from tests.conftest import Join
 from tests.documents import docx_bytes, pdf_bytes
 from tests.helpers import (
+    Join,
     add_passage,
     ask_json,
     create_classroom,

@@ -6,8 +6,9 @@ from openai import OpenAI
 
 from service.classroom.prompting import Prompts
 from service.settings import Settings
-from tests.conftest import Join, Vllm, report
+from tests.figures import report
 from tests.helpers import (
+    Join,
     add_passage,
     ask_json,
     create_classroom,
@@ -15,6 +16,7 @@ from tests.helpers import (
     passage_text,
     wait_until_warmed,
 )
+from tests.servers import Vllm
 
 QUESTIONS = [
     "Why do bees visit flowers?",

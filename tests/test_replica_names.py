@@ -15,7 +15,6 @@ import yaml
 
 from service.backends.routing import rendezvous_order
 from service.settings import PROJECT_ROOT, Settings
-from tests.conftest import Vllm, isolated, service_process
 from tests.helpers import (
     add_passage,
     ask_streaming,
@@ -28,6 +27,7 @@ from tests.helpers import (
     signed_in_teacher,
     wait_until_warmed,
 )
+from tests.servers import Vllm, isolated, service_process
 
 BACKENDS = PROJECT_ROOT / "deploy" / "k8s" / "backends.yaml"
 # Runs the rest of its command line with /etc/hosts replaced by the file it is given, for that process alone.

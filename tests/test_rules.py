@@ -9,8 +9,8 @@ from httpx_sse import connect_sse
 from service.api.deps import PUPIL_COOKIE
 from service.app import create_app
 from service.settings import AuthSettings, LimitSettings, Settings
-from tests.conftest import Join, ServerThread
 from tests.helpers import (
+    Join,
     add_passage,
     ask_json,
     create_classroom,
@@ -19,6 +19,7 @@ from tests.helpers import (
     passage_text,
     signed_in_teacher,
 )
+from tests.servers import ServerThread
 
 
 def test_a_wrong_join_code_is_refused_and_a_right_one_is_read_kindly(teacher: httpx.Client, service: str) -> None:

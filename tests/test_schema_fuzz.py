@@ -11,7 +11,6 @@ same `app.openapi()` that /openapi.json serves; a test checks that) and the case
 service by URL.
 """
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import closing
@@ -30,19 +29,21 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from service.app import create_app
 from service.local.processes import free_port
 from service.settings import Settings
-from tests.conftest import ROOT, ServerThread, isolated, report
+from tests.figures import report
 from tests.helpers import (
     add_passage,
     answers_readyz,
     ask_json,
     create_classroom,
     error_of,
+    eventually,
     joined_pupil,
     operator_headers,
     passage_text,
     signed_in_teacher,
     stored_questions,
 )
+from tests.servers import ROOT, ServerThread, isolated
 
 SCHEMA = schemathesis.openapi.from_dict(create_app(Settings()).openapi())
 ROLES = ("nobody", "teacher", "pupil", "operator")
@@ -120,10 +121,8 @@ def restore_backends(fuzzed: Fuzzed) -> None:
         for name in operator.get("/api/operator/backends").json()["config"]["variants"]:
             if name != "original":
                 assert operator.delete(f"/api/operator/backends/variants/{quote(name, safe='')}").status_code == 200
-    deadline = time.monotonic() + 30
-    while not answers_readyz(fuzzed.url):  # once the replica is probed again
-        assert time.monotonic() < deadline, "the service did not serve the real replica again"
-        time.sleep(0.2)
+    # Once the replica is probed again.
+    eventually(lambda: answers_readyz(fuzzed.url), "the service served the real replica again", 30)
 
 
 @pytest.fixture(scope="module", params=ROLES)

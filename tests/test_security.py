@@ -5,9 +5,9 @@ import pytest
 from pydantic import ValidationError
 
 from service.settings import AuthSettings, Settings
-from tests.conftest import Join, service_process
 from tests.helpers import (
     PASSWORD,
+    Join,
     add_passage,
     ask_json,
     create_classroom,
@@ -19,6 +19,7 @@ from tests.helpers import (
     routed_questions,
     stored_questions,
 )
+from tests.servers import service_process
 
 
 def test_pages_forbid_framing_other_scripts_and_sniffing(service: str) -> None:

@@ -11,12 +11,12 @@ from typer.testing import CliRunner
 from loadtest.quality import lmeval
 from loadtest.quality.rubric import Scorer, load_rubrics
 from service.classroom.prompting import Prompts
+from service.cli import app
 from service.local.capacity import ModelFacts
-from service.local.cli import app
 from service.local.model.small import CONTEXT, PARAMETERS, REPO, WHEEL, WHEEL_SHA256
 from service.model_manifest import read_manifest
 from service.settings import ModelSettings, Settings
-from tests.conftest import Vllm
+from tests.servers import Vllm
 
 
 def test_the_folder_is_the_small_model_and_says_so(small_model_dir: Path) -> None:

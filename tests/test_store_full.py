@@ -11,7 +11,6 @@ from service.app import create_app
 from service.local.processes import free_port
 from service.local.redis_server import start_redis
 from service.settings import RedisSettings, Settings
-from tests.conftest import STATE, ServerThread
 from tests.helpers import (
     add_passage,
     ask_json,
@@ -23,6 +22,7 @@ from tests.helpers import (
     signed_in_teacher,
     stored_questions,
 )
+from tests.servers import STATE, ServerThread
 
 BOUND_MB = 24
 

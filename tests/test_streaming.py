@@ -2,8 +2,7 @@
 
 import httpx
 
-from tests.conftest import Join
-from tests.helpers import add_passage, ask_json, ask_streaming, create_classroom, passage_text, stored_questions
+from tests.helpers import Join, add_passage, ask_json, ask_streaming, create_classroom, passage_text, stored_questions
 
 
 def test_answer_streams_in_many_events_and_is_stored_as_streamed(teacher: httpx.Client, join: Join) -> None:

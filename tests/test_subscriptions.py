@@ -14,7 +14,7 @@ from service.local.redis_server import start_redis
 from service.store import connect
 from service.store.ids import new_id
 from service.store.subscriptions import QUEUE_SIZE, ChannelLost, Subscriptions, TooSlow
-from tests.conftest import STATE
+from tests.servers import STATE
 
 
 async def numsub(redis: Redis, channel: str) -> int:

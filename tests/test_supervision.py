@@ -18,19 +18,19 @@ import pytest
 
 from service.local.processes import answers_ok, free_port
 from service.local.stack import MOST_RESTARTS
-from tests.conftest import STATE, TINY_MODEL, Vllm, report
+from tests.figures import report
+from tests.helpers import eventually
+from tests.servers import STATE, TINY_MODEL, Vllm
 
 pytestmark = pytest.mark.slow  # a stack of its own: Redis, the service, and in one test vLLM
 
 CLASSROOM = str(Path(sys.executable).with_name("classroom"))
 
 
-def eventually(check: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Seconds until `check()` held; fails with `what` after `timeout_s`."""
+def seconds_until(check: Callable[[], bool], what: str, timeout_s: float) -> float:
+    """Seconds until `check()` held, for the figures reported; fails as eventually() does after `timeout_s`."""
     began = time.monotonic()
-    while not check():
-        assert time.monotonic() - began < timeout_s, f"{what} (after {timeout_s:.0f} s)"
-        time.sleep(0.2)
+    eventually(check, what, timeout_s)
     return time.monotonic() - began
 
 
@@ -78,7 +78,7 @@ def classroom_up(backend_url: str) -> Iterator[Stack]:
     stack = Stack(process, api_port, log)
     everything: list[psutil.Process] = []
     try:
-        eventually(lambda: stack.ready() or process.poll() is not None, 300, "classroom up never became ready")
+        eventually(lambda: stack.ready() or process.poll() is not None, "classroom up was ready (or ended)", 300)
         assert process.poll() is None, log.read_text()
         everything = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
         yield stack
@@ -105,17 +105,17 @@ def test_the_service_is_started_again_when_it_is_killed_and_nothing_outlives_a_k
         children = stack.children()
         assert set(children) == {"redis", "vllm", "service"}, children
         children["service"].send_signal(signal.SIGKILL)  # as the kernel's OOM killer does
-        restarted_s = eventually(
+        restarted_s = seconds_until(
             lambda: stack.ready() and stack.children()["service"].pid != children["service"].pid,
+            "the killed service was started again",
             60,
-            "the killed service was not started again",
         )
         report("classroom up: the killed service answers again after (s)", round(restarted_s, 1))
         assert "was killed by SIGKILL" in stack.log.read_text()
         everything = [*psutil.Process(stack.process.pid).children(recursive=True)]
 
         stack.process.send_signal(signal.SIGKILL)
-        stopped_s = eventually(gone(everything), 60, "Redis, vLLM or the service outlived the killed stack")
+        stopped_s = seconds_until(gone(everything), "Redis, vLLM and the service ended with the killed stack", 60)
         report("classroom up killed: its Redis, vLLM and service gone after (s)", round(stopped_s, 1))
 
 
@@ -129,13 +129,17 @@ def test_a_service_that_keeps_dying_stops_the_whole_stack(vllm: Vllm) -> None:
             return service if service is not None and service.pid not in killed else None
 
         while stack.process.poll() is None:
-            eventually(lambda: stack.process.poll() is not None or new_service() is not None, 60, "no service")
+            eventually(
+                lambda: stack.process.poll() is not None or new_service() is not None,
+                "a new service was started (or the stack ended)",
+                60,
+            )
             if (service := new_service()) is not None:
                 service.send_signal(signal.SIGKILL)
                 killed.add(service.pid)
         assert stack.process.wait(30) == 1 and len(killed) == MOST_RESTARTS + 1
         assert "stopping everything" in stack.log.read_text()
-        eventually(gone([redis]), 30, "Redis outlived the stack")
+        eventually(gone([redis]), "Redis ended with the stack", 30)
         assert answers_ok(f"{vllm.root_url}/health"), "a vLLM the stack did not start is left alone"
 
 
@@ -152,6 +156,6 @@ def test_sigterm_stops_the_service_and_redis_in_order(vllm: Vllm) -> None:
         children = stack.children()
         stack.process.send_signal(signal.SIGTERM)  # as Ctrl-C, or a container's stop
         assert stack.process.wait(60) == 0
-        eventually(gone(list(children.values())), 30, "the service or Redis outlived a stopped stack")
+        eventually(gone(list(children.values())), "the service and Redis ended with the stopped stack", 30)
         assert "Stopping the service, vLLM and Redis." in stack.log.read_text()
         assert answers_ok(f"{vllm.root_url}/health")

@@ -9,7 +9,6 @@ from redis import Redis
 
 from service.app import create_app
 from service.settings import Settings
-from tests.conftest import ServerThread, isolated
 from tests.helpers import (
     add_passage,
     ask_json,
@@ -19,6 +18,7 @@ from tests.helpers import (
     passage_text,
     signed_in_teacher,
 )
+from tests.servers import ServerThread, isolated
 
 FEEDS = 200
 
@@ -80,7 +80,7 @@ def test_two_hundred_teacher_pages_share_one_redis_connection_and_all_hear_the_q
             pages = asyncio.create_task(open_feeds(running.url, teacher.cookies, classroom["id"], ask))
             # Every page listens once the process counts them (a page subscribes as its stream starts).
             await asyncio.to_thread(
-                eventually, lambda: subscribers(running.url) >= subscribers_before + FEEDS, 60, "200 pages listen"
+                eventually, lambda: subscribers(running.url) >= subscribers_before + FEEDS, "all 200 pages listened", 60
             )
             connections, listening = connections_of(own)
             # Before, each page held a connection of its own: 200 listening. The pool may have grown while 200
@@ -96,4 +96,4 @@ def test_two_hundred_teacher_pages_share_one_redis_connection_and_all_hear_the_q
         heard = asyncio.run(scenario())
         assert len(heard) == FEEDS and all("Who is in the story?" in line for line in heard)
         # Pages gone, their subscriptions go: the count comes back to the process's own listeners.
-        eventually(lambda: subscribers(running.url) == subscribers_before, 30, "the pages' subscriptions ended")
+        eventually(lambda: subscribers(running.url) == subscribers_before, "the pages' subscriptions ended", 30)

@@ -17,7 +17,7 @@ from service.backends.vllm_stream import StreamReader
 from service.classroom import prompting
 from service.classroom.prompting import Prompts
 from service.settings import AnswerSettings, BackendSettings, ModelSettings, PromptLayout, Settings
-from tests.conftest import ServerThread, Vllm, isolated, report
+from tests.figures import report
 from tests.helpers import (
     add_passage,
     ask_streaming,
@@ -28,6 +28,7 @@ from tests.helpers import (
     signed_in_teacher,
     wait_until_warmed,
 )
+from tests.servers import ServerThread, Vllm, isolated
 
 LAYOUTS: list[PromptLayout] = ["passage_first", "question_first"]
 OPTIONS: dict[str, Any] = {"model": "Qwen/Qwen2.5-1.5B-Instruct", "max_tokens": 24, "temperature": 0.0}

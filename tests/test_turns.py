@@ -17,7 +17,6 @@ from service.records import Passage, PupilSession, QuestionRecord
 from service.settings import AnswerSettings, Settings, TurnSettings
 from service.store import Admission, RateLimit, Store, TurnLine, open_store
 from service.store.ids import new_id
-from tests.conftest import ServerThread, isolated, own_database_url
 from tests.helpers import (
     Streamed,
     add_passage,
@@ -25,10 +24,12 @@ from tests.helpers import (
     ask_streaming,
     create_classroom,
     error_of,
+    eventually,
     passage_text,
     signed_in_teacher,
     stored_questions,
 )
+from tests.servers import ServerThread, isolated, own_database_url
 
 
 class _Class:
@@ -133,15 +134,22 @@ def test_a_pupil_waits_in_line_and_sees_the_place_and_one_over_the_line_is_refus
         streams: dict[str, Streamed] = {}
         ada_thread = threading.Thread(target=lambda: streams.update(ada=ask_streaming(ada, first_class["id"], "Why?")))
         ada_thread.start()
+        # Both waits share one minute, and look often: Ada's answer must still be running when the others ask.
         deadline = time.monotonic() + 60
-        while not any(q["status"] == "answering" for q in stored_questions(teacher, first_class["id"])):
-            assert time.monotonic() < deadline, "Ada's question was never admitted"
-            time.sleep(0.02)
+        eventually(
+            lambda: any(q["status"] == "answering" for q in stored_questions(teacher, first_class["id"])),
+            "Ada's question was admitted",
+            deadline - time.monotonic(),
+            every_s=0.02,
+        )
         bo_thread = threading.Thread(target=lambda: streams.update(bo=ask_streaming(bo, other_class["id"], "How?")))
         bo_thread.start()
-        while len(stored_questions(teacher, other_class["id"])) < 1:
-            assert time.monotonic() < deadline, "Bo's question was never admitted"
-            time.sleep(0.02)
+        eventually(
+            lambda: len(stored_questions(teacher, other_class["id"])) >= 1,
+            "Bo's question was admitted",
+            deadline - time.monotonic(),
+            every_s=0.02,
+        )
         # Ada's answer runs, Bo waits: Cy's question is one more than the line holds.
         refused = ask_json(cy, other_class["id"], "Who?")
         ada_thread.join(600)

@@ -14,9 +14,9 @@ from service.app import create_app
 from service.backends.vllm_metrics import sum_samples
 from service.settings import RoutingSettings, Settings
 from service.store import open_store
-from tests.conftest import ServerThread, Vllm, isolated, report
-from tests.helpers import warmup_burst_requests
-from tests.test_backends import wait_for
+from tests.figures import report
+from tests.helpers import eventually, warmup_burst_requests
+from tests.servers import ServerThread, Vllm, isolated
 
 # Quick probes: a claim by address (for a replica that does not say when it started) lapses after
 # 2 * (0.5 + 3 * 0.5) s unless a process renews it.
@@ -45,7 +45,7 @@ def quiet(vllm: Vllm) -> None:
         names = ("vllm:num_requests_running", "vllm:num_requests_waiting")
         return sum(value for name in names for _, value in figures.get(name, [])) == 0
 
-    wait_for(idle, "the replica was idle")
+    eventually(idle, "the replica was idle")
 
 
 def burst_lines(caplog: pytest.LogCaptureFixture, url: str) -> list[str]:
@@ -65,7 +65,7 @@ def test_a_replica_gets_one_burst_however_many_service_processes_see_it_up(
     began = time.monotonic()
     # Two service processes on one Redis start together, each probing the replica and finding it up.
     with ServerThread(create_app(own)) as first, ServerThread(create_app(own)) as second:
-        wait_for(lambda: answered(vllm) - before >= size, "the burst was answered", timeout_s=120)
+        eventually(lambda: answered(vllm) - before >= size, "the burst was answered", timeout_s=120)
         report(
             "warm-up burst of 32 on vLLM-CPU, from the service's start until answered (s)",
             round(time.monotonic() - began, 1),

@@ -7,7 +7,7 @@ from datetime import timedelta
 from service.records import Passage, PupilSession, QuestionRecord, utcnow
 from service.store import RateLimit, Store, open_store
 from service.store.ids import new_id
-from tests.conftest import own_database_url
+from tests.servers import own_database_url
 
 
 async def _passage(store: Store, classroom_id: str, age: timedelta) -> None:

@@ -3,24 +3,24 @@ Redis and vLLM: every worker answers pupils, and /metrics, whichever worker a sc
 stored question once (service/telemetry/scrape.py)."""
 
 import socket
-import time
 from contextlib import ExitStack, closing
 from pathlib import Path
 
 import httpx
 
 from service.settings import Settings
-from tests.conftest import instant_fake_vllm, isolated, service_process
 from tests.helpers import (
     add_passage,
     ask_json,
     create_classroom,
+    eventually,
     joined_pupil,
     metric_samples,
     passage_text,
     signed_in_teacher,
     stored_questions,
 )
+from tests.servers import instant_fake_vllm, isolated, service_process
 
 
 def worker_metrics(path: Path) -> str:
@@ -40,9 +40,12 @@ def answered(text: str, classroom_id: str) -> float:
 def test_two_workers_answer_pupils_and_their_metrics_add_up_to_the_records(vllm_settings: Settings) -> None:
     own = isolated(vllm_settings)
     with service_process(own, workers=2) as service, closing(signed_in_teacher(own, service.url)) as teacher:
-        deadline = time.monotonic() + 30
-        while len(sockets := sorted(service.metrics_dir.glob("*.sock"))) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        sockets = eventually(
+            lambda: sorted(service.metrics_dir.glob("*.sock")),
+            "both workers listened for their siblings",
+            30,
+            until=lambda found: len(found) >= 2,
+        )
         assert len(sockets) == 2, "each worker listens for its siblings"
         classroom = create_classroom(teacher)
         add_passage(teacher, classroom["id"], passage_text(150))

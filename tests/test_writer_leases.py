@@ -10,7 +10,7 @@ from service.classroom.abandoned import ABANDONED, AbandonedAnswers
 from service.records import Passage, PupilSession, QuestionRecord, QuestionStatus
 from service.store import Keys, RateLimit, Store, open_store
 from service.store.ids import new_id
-from tests.conftest import own_database_url
+from tests.servers import own_database_url
 
 
 async def admitted(store: Store, names: list[str], lease_s: int) -> list[QuestionRecord]:

@@ -94,7 +94,7 @@ service_env() {  # PORT BACKEND_PORT REDIS_DB
 start_service() {  # PORT BACKEND_PORT REDIS_DB [NAME=VALUE of the lever...]
   local log=$GPU_LOGS/service-$1.log
   # shellcheck disable=SC2046
-  env $(service_env "$1" "$2" "$3") "${@:4}" setsid python3 -c "from service.local.cli import app; app()" serve > "$log" 2>&1 < /dev/null &
+  env $(service_env "$1" "$2" "$3") "${@:4}" setsid python3 -c "from service.cli import app; app()" serve > "$log" 2>&1 < /dev/null &
   for _ in $(seq 1 600); do
     python3 -c "import urllib.request as u,sys; u.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$1/readyz" 2>/dev/null \
       && { echo "service on $1 ready (vLLM on $2)"; return 0; }
@@ -156,7 +156,7 @@ burst-runs)
   grep -E "^classroom_event_loop_lag_seconds_(bucket|count|sum)" "$R/service-metrics.txt" || true
   # How evenly the bursts spread over the workers (one shared socket): each worker's CPU time.
   # shellcheck disable=SC2009  # the whole line of each process, its CPU seconds beside it
-  ps -eo pid,ppid,cputimes,args | grep -E "[s]ervice.local.cli|[m]ultiprocessing.spawn" | tee "$R/service-workers-cpu.txt"
+  ps -eo pid,ppid,cputimes,args | grep -E "[s]ervice.cli|[m]ultiprocessing.spawn" | tee "$R/service-workers-cpu.txt"
   cp "$GPU_LOGS/service-8091.log" "$R/"
   for t in a1 a4; do gzip -c "$GPU_LOGS/server-$t.log" > "$R/server-$t.log.gz"; done
   tar czf "${OUT:-/tmp/out}/burst.tgz" -C "${R%/*}" "${R##*/}" && rm -rf "$R"
@@ -270,7 +270,7 @@ decision-runs)
   # The service's own time during bursts: every worker sampled (CPU only, not idle waits), without pausing them.
   # shellcheck disable=SC2046  # service_env's words are the variables to set
   env $(service_env 8093 8000 4) "$tok" setsid /tmp/py-spy record --subprocesses --nonblocking -r 250 -f raw \
-    -o "$R/pyspy-service-bursts.txt" -- python3 -c "from service.local.cli import app; app()" serve > "$GPU_LOGS/service-8093.log" 2>&1 < /dev/null &
+    -o "$R/pyspy-service-bursts.txt" -- python3 -c "from service.cli import app; app()" serve > "$GPU_LOGS/service-8093.log" 2>&1 < /dev/null &
   spy=$!
   for _ in $(seq 1 600); do
     python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8093/readyz', timeout=2)" 2>/dev/null && break

@@ -16,6 +16,7 @@ from service.classroom.publishing import Passages
 from service.errors import ClassroomNotFound, OperatorOnly, ServiceError
 from service.records import Classroom, PupilSession, Teacher
 from service.services import Services
+from service.settings import Settings
 from service.store import Store
 
 TEACHER_COOKIE = "classroom_teacher"
@@ -46,6 +47,13 @@ async def get_services(request: Request) -> Services:
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+async def get_settings(services: ServicesDep) -> Settings:
+    return services.settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
 async def get_store(services: ServicesDep) -> Store:

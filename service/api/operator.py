@@ -9,17 +9,15 @@ from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from service.api.bodies import ApiRoute
 from service.api.deps import OperatorAuth, ServicesDep, StoreDep
 from service.api.schemas import JSON_BODY, STORE, WRITE, errors
 from service.backends.fleet import Fleet
-from service.backends.routing import BackendConfig, Canary, Variant
 from service.backends.vllm_metrics import VllmFigures
 from service.classroom import aggregates, figures
-from service.errors import InvalidInput
-from service.records import QuestionRecord
+from service.records import BackendConfig, Canary, QuestionRecord, Variant
 from service.store import MemoryUsage
 
 # Without the operator's token, every route here answers 403.
@@ -99,11 +97,7 @@ def _backends(fleet: Fleet) -> BackendsOut:
 
 
 async def _change(fleet: Fleet, change: Callable[[BackendConfig], BackendConfig]) -> BackendsOut:
-    try:
-        await fleet.update(change)
-    except (ValidationError, ValueError) as exc:
-        errors = exc.errors() if isinstance(exc, ValidationError) else [{"msg": str(exc)}]
-        raise InvalidInput("; ".join(str(e["msg"]).removeprefix("Value error, ") for e in errors)) from exc
+    await fleet.update(change)
     return _backends(fleet)
 
 
@@ -122,41 +116,29 @@ async def backends(_: OperatorAuth, services: ServicesDep) -> BackendsOut:
 @router.put("/backends/active", responses=errors(*JSON_BODY))
 async def switch(body: ChooseVariant, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
     """New questions go to this variant; answers already streaming finish where they started."""
-
-    def change(config: BackendConfig) -> BackendConfig:
-        canary = None if config.canary and config.canary.variant == body.variant else config.canary
-        return config.model_copy(update={"active": body.variant, "canary": canary})
-
-    return await _change(services.fleet, change)
+    return await _change(services.fleet, lambda config: config.with_active(body.variant))
 
 
 @router.put("/backends/canary", responses=errors(*JSON_BODY))
 async def set_canary(body: Canary, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
     """Send this share of pupils (by a hash of their id: each stays on one variant) to another variant."""
-    return await _change(services.fleet, lambda config: config.model_copy(update={"canary": body}))
+    return await _change(services.fleet, lambda config: config.with_canary(body))
 
 
 @router.delete("/backends/canary", responses=errors(*WRITE))
 async def end_canary(_: OperatorAuth, services: ServicesDep) -> BackendsOut:
-    return await _change(services.fleet, lambda config: config.model_copy(update={"canary": None}))
+    return await _change(services.fleet, lambda config: config.with_canary(None))
 
 
 @router.put("/backends/variants/{name}", responses=errors(*JSON_BODY))
 async def put_variant(name: str, body: Variant, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
     """Declare a variant or change its replicas (add one to scale out, remove one to drain it)."""
-    return await _change(
-        services.fleet, lambda config: config.model_copy(update={"variants": {**config.variants, name: body}})
-    )
+    return await _change(services.fleet, lambda config: config.with_variant(name, body))
 
 
 @router.delete("/backends/variants/{name}", responses=errors(*WRITE, 422))
 async def delete_variant(name: str, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
-    def change(config: BackendConfig) -> BackendConfig:
-        if name not in config.variants:
-            raise ValueError(f"there is no variant '{name}'")
-        return config.model_copy(update={"variants": {k: v for k, v in config.variants.items() if k != name}})
-
-    return await _change(services.fleet, change)
+    return await _change(services.fleet, lambda config: config.without_variant(name))
 
 
 @router.get("/stats", responses=errors(422))

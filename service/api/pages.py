@@ -4,7 +4,7 @@ that needs a session it does not have sends the browser to where one is made."""
 from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from service.api.deps import PagePupil, PagePupilOrNone, PageTeacher, ServicesDep, StoreDep, TemplatesDep
+from service.api.deps import PagePupil, PagePupilOrNone, PageTeacher, ServicesDep, SettingsDep, StoreDep, TemplatesDep
 from service.api.schemas import PUPIL_NAME_MAX_CHARS
 from service.errors import ClassroomNotFound
 
@@ -65,10 +65,10 @@ async def teacher_class_page(
 
 
 @router.get("/favicon.ico")
-async def favicon(services: ServicesDep) -> FileResponse:
+async def favicon(settings: SettingsDep) -> FileResponse:
     """The icon that pages link (static/favicon.svg), where browsers look for one without a link."""
     return FileResponse(
-        services.settings.frontend_dir / "static" / "favicon.svg",
+        settings.frontend_dir / "static" / "favicon.svg",
         media_type="image/svg+xml",
         headers={"Cache-Control": "public, max-age=86400"},
     )

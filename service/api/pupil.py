@@ -15,6 +15,7 @@ from service.api.deps import (
     AnsweringDep,
     CurrentPupil,
     ServicesDep,
+    SettingsDep,
     StoreDep,
     client_of,
     end_session,
@@ -48,10 +49,10 @@ OWN_HISTORY_LIMIT = 200
 
 @router.post("/api/join", status_code=201, responses=errors(*JSON_BODY, 404, 429))
 async def join(
-    body: Join, request: Request, accounts: AccountsDep, services: ServicesDep, response: Response
+    body: Join, request: Request, accounts: AccountsDep, settings: SettingsDep, response: Response
 ) -> Joined:
     token, session, classroom = await accounts.join(body.join_code, body.name, client_of(request))
-    auth = services.settings.auth
+    auth = settings.auth
     set_session_cookie(response, PUPIL_COOKIE, token, auth.pupil_session_hours, auth.secure_cookies)
     return Joined(classroom_id=classroom.id, classroom_name=classroom.name, name=session.name)
 

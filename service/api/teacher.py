@@ -18,6 +18,7 @@ from service.api.deps import (
     PassagesDep,
     PromptsDep,
     ServicesDep,
+    SettingsDep,
     StoreDep,
     client_of,
     end_session,
@@ -50,8 +51,7 @@ from service.api.schemas import (
 from service.classroom import figures
 from service.classroom.export import QuestionsCsv, attachment
 from service.classroom.prompting import Prompts
-from service.errors import FileTooLarge
-from service.records import Classroom, Passage, QuestionRecord, pupil_label, utcnow
+from service.records import Classroom, Passage, QuestionRecord, pupil_label
 from service.store import Store
 
 router = APIRouter(tags=["teacher"], route_class=ApiRoute, responses=errors(*STORE))
@@ -71,10 +71,10 @@ CLASS = (401, 404, 422)
 
 @router.post("/api/teacher/session", responses=errors(*JSON_BODY, 401, 429))
 async def sign_in(
-    body: SignIn, request: Request, accounts: AccountsDep, services: ServicesDep, response: Response
+    body: SignIn, request: Request, accounts: AccountsDep, settings: SettingsDep, response: Response
 ) -> TeacherOut:
     token, teacher = await accounts.sign_in(body.email, body.password, client_of(request))
-    auth = services.settings.auth
+    auth = settings.auth
     set_session_cookie(response, TEACHER_COOKIE, token, auth.teacher_session_hours, auth.secure_cookies)
     return TeacherOut.of(teacher)
 
@@ -131,10 +131,7 @@ async def classroom_detail(classroom: OwnClassroom, store: StoreDep, prompts: Pr
 async def update_classroom(body: UpdateClassroom, classroom: OwnClassroom, store: StoreDep) -> ClassroomOut:
     """Rename; close and reopen (a closed class takes no new pupils and no questions); archive and restore (an
     archived class is closed to pupils whatever `is_open` says, and listed apart)."""
-    changes = body.model_dump(exclude_none=True, exclude={"archived"})
-    if body.archived is not None and body.archived != (classroom.archived_at is not None):
-        changes["archived_at"] = utcnow() if body.archived else None
-    updated = classroom.model_copy(update=changes)
+    updated = classroom.changed(name=body.name, is_open=body.is_open, archived=body.archived)
     await store.save_classroom(updated)
     return ClassroomOut.of(updated)
 
@@ -173,18 +170,13 @@ async def upload_passage(
     classroom: OwnClassroom,
     passages: PassagesDep,
     prompts: PromptsDep,
-    services: ServicesDep,
     file: Annotated[UploadFile, File(description=".txt, .md, .docx or .pdf")],
     title: Annotated[str, Form(description="else the document's own title, else the file's name")] = "",
     publish: Annotated[bool, Form(description="true: pupils see it at once")] = False,
 ) -> PassageAdded:
     """Add a passage from a file. Its title: the one given, else the document's own (a Word document's or
     PDF's title, a Markdown file's first `# ` heading), else the file's name without its extension."""
-    limit = services.settings.limits.upload_max_bytes
-    data = await file.read(limit + 1)
-    if len(data) > limit:
-        raise FileTooLarge(limit)
-    added = await passages.add_document(classroom.id, file.filename or "passage.txt", data, title, publish=publish)
+    added = await passages.add_upload(classroom.id, file.filename or "passage.txt", file.read, title, publish=publish)
     return _added(added, prompts, publish)
 
 
@@ -268,11 +260,11 @@ async def classroom_stats(
         **errors(*CLASS, json_route=False),
     },
 )
-async def export_questions(classroom: OwnClassroom, store: StoreDep, services: ServicesDep) -> CsvResponse:
+async def export_questions(classroom: OwnClassroom, store: StoreDep, settings: SettingsDep) -> CsvResponse:
     """Every question of the classroom kept in the store (those past the school's retention are in
     `archive.csv`), newest first, for a spreadsheet: UTF-8 with a byte-order mark (for Excel), times in the
     school's time zone and in UTC."""
-    file = QuestionsCsv(await _passages_by_id(store, classroom.id), services.settings.school.zone)
+    file = QuestionsCsv(await _passages_by_id(store, classroom.id), settings.school.zone)
     return CsvResponse(
         file.pieces(store.question_pages(classroom.id, EXPORT_PAGE)),
         headers={"Content-Disposition": attachment(f"{classroom.name or 'class'}-questions.csv")},

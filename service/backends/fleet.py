@@ -28,9 +28,10 @@ from openai import AsyncOpenAI, Timeout
 from pydantic import BaseModel
 from redis.exceptions import RedisError
 
-from service.backends.routing import BackendConfig, Router, gateway_headers
-from service.backends.vllm_metrics import VllmFigures, parse_vllm_metrics, root_url, started_at
-from service.settings import Settings
+from service.backends.routing import Router, gateway_headers
+from service.backends.vllm_metrics import VllmFigures, parse_vllm_metrics, started_at
+from service.records import BackendConfig
+from service.settings import Settings, root_url
 from service.store import Store, open_store
 
 log = logging.getLogger(__name__)

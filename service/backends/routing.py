@@ -18,52 +18,9 @@ the GPU themselves: the service names the passage and the class in headers they 
 
 import hashlib
 import itertools
-from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, Field, model_validator
-
+from service.records import BackendConfig
 from service.settings import Routing
-
-
-class Variant(BaseModel):
-    replicas: list[str] = Field(min_length=1, description="OpenAI base URLs, e.g. http://10.0.0.5:8000/v1")
-    description: str = ""
-
-
-class Canary(BaseModel):
-    variant: str
-    percent: int = Field(ge=0, le=100)
-
-
-class BackendConfig(BaseModel):
-    version: int = 0
-    active: str
-    canary: Canary | None = None
-    variants: dict[str, Variant]
-
-    @model_validator(mode="after")
-    def _names_exist(self) -> "BackendConfig":
-        if self.active not in self.variants:
-            raise ValueError(f"the active variant '{self.active}' is not one of {sorted(self.variants)}")
-        if self.canary is not None:
-            if self.canary.variant not in self.variants:
-                raise ValueError(f"the canary variant '{self.canary.variant}' is not one of {sorted(self.variants)}")
-            if self.canary.variant == self.active:
-                raise ValueError("the canary must be another variant than the active one")
-        return self
-
-    @classmethod
-    def from_file(cls, path: Path) -> "BackendConfig":
-        return cls.model_validate(yaml.safe_load(path.read_text()))
-
-    @classmethod
-    def single(cls, base_url: str) -> "BackendConfig":
-        """One variant, one replica: what a deployment that names only `backend.base_url` gets."""
-        return cls(active="original", variants={"original": Variant(replicas=[base_url])})
-
-    def replica_urls(self) -> list[str]:
-        return sorted({url for variant in self.variants.values() for url in variant.replicas})
 
 
 def _score(key: str, replica: str) -> int:

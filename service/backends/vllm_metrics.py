@@ -7,11 +7,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
 
-def root_url(base_url: str) -> str:
-    """Where /health and /metrics live: the OpenAI base URL without its /v1."""
-    return base_url.rstrip("/").removesuffix("/v1")
-
-
 def sum_samples(text: str, only: tuple[str, ...] = ()) -> dict[str, float]:
     """Each sample name's value summed over its labels: over a replica's engines (a replica may run
     several data-parallel engines). By sample name, not family name: how a family is named depends on

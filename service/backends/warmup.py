@@ -22,20 +22,27 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from openai import APIError
 from openai.types.chat import ChatCompletionMessageParam
 from redis.exceptions import RedisError
 
 from service.backends.fleet import Fleet
-from service.classroom.prompting import Prompts
 from service.records import Passage
 from service.store import Store
 from service.tasks import stop_tasks
 from service.telemetry.prometheus import Metrics
 
 log = logging.getLogger(__name__)
+
+
+class PassagePrompts(Protocol):
+    """What a warm-up needs of the classroom's prompts (`classroom.prompting.Prompts`): a pupil's messages about
+    a passage, whose prefix is what it warms."""
+
+    def messages(self, title: str, text: str, question: str) -> list[ChatCompletionMessageParam]: ...
+
 
 # Each burst request: a few prompt tokens, and this many output tokens whatever the model says (vLLM's
 # `ignore_eos`), so that the sampler runs several steps on the whole batch.
@@ -50,7 +57,7 @@ class Warmup:
     def __init__(
         self,
         store: Store,
-        prompts: Prompts,
+        prompts: PassagePrompts,
         fleet: Fleet,
         metrics: Metrics,
         *,

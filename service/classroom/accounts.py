@@ -1,5 +1,6 @@
 """Who may do what: teachers' accounts and sign-in, pupils joining a class with its code."""
 
+import functools
 from datetime import timedelta
 
 import anyio.to_thread
@@ -25,9 +26,18 @@ from service.store.ids import new_id
 MIN_PASSWORD_CHARS = 10
 # Pupils' sessions a process remembers for their questions (a school's worth; the oldest seen go first).
 REMEMBERED_PUPILS = 20_000
-# A hash to verify against when the email is unknown, so a wrong email costs as long as a wrong password.
 _hasher = PasswordHasher()
-_DUMMY_HASH = _hasher.hash("not a password of anyone")
+
+
+@functools.cache
+def _unknown_email_hash() -> str:
+    """A hash to verify against when the email is unknown, so a wrong email costs as long as a wrong password:
+    made at the first sign-in that needs it (in a worker thread), not at import."""
+    return _hasher.hash("not a password of anyone")
+
+
+def _verify(password_hash: str | None, password: str) -> None:
+    _hasher.verify(password_hash if password_hash is not None else _unknown_email_hash(), password)
 
 
 class Accounts:
@@ -61,7 +71,7 @@ class Accounts:
         teacher = await self._store.teacher_by_email(email.strip().lower())
         try:
             # Argon2 takes tens of milliseconds on purpose: off the event loop.
-            await anyio.to_thread.run_sync(_hasher.verify, teacher.password_hash if teacher else _DUMMY_HASH, password)
+            await anyio.to_thread.run_sync(_verify, teacher.password_hash if teacher else None, password)
             if teacher is None:
                 raise SignInFailed()
         except (VerificationError, SignInFailed) as exc:

@@ -21,9 +21,9 @@ from redis.exceptions import RedisError
 
 from service.backends.turns import TurnNotInTime
 from service.backends.vllm_stream import StreamBroke, StreamReader
-from service.classroom.live import INTERRUPTED, STOPPED, Ended, LiveAnswer, LiveAnswers
+from service.classroom.live import INTERRUPTED, Ended, LiveAnswer, LiveAnswers
 from service.errors import WAITED_TOO_LONG, BackendFailed, BackendUnavailable
-from service.records import QuestionRecord, QuestionStatus, Usage, utcnow
+from service.records import STOPPED, QuestionRecord, QuestionStatus, Usage, utcnow
 from service.store import Store, TurnLine
 from service.telemetry.prometheus import Metrics
 

@@ -28,7 +28,7 @@ from service.backends.upstream import ReplicaAnswered, ReplicaNotAnswering, Repl
 from service.classroom.accounts import Accounts
 from service.classroom.answer_stream import AnswerStream, NotStarted, Waiting
 from service.classroom.class_cache import ClassCache
-from service.classroom.live import INTERRUPTED, STOPPED, Followed, LiveAnswer, LiveAnswers, follow, follow_stored
+from service.classroom.live import INTERRUPTED, Followed, LiveAnswer, LiveAnswers, follow, follow_stored
 from service.classroom.prompting import Prompts
 from service.errors import (
     AnswerFinished,
@@ -45,7 +45,7 @@ from service.errors import (
     TooManyQuestions,
     WrongClassroom,
 )
-from service.records import Passage, QuestionRecord, QuestionStatus, utcnow
+from service.records import STOPPED, Passage, QuestionRecord, QuestionStatus, utcnow
 from service.store import RateLimit, Store, TurnLine
 from service.store.ids import new_id
 from service.telemetry.prometheus import Metrics

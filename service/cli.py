@@ -1,0 +1,106 @@
+"""The `classroom` command as the deployed service has it: `serve`, and an operator's `teacher` and `backends`.
+
+Other packages add their commands by entry point (`classroom.commands`): the local stack (`up`, `model`,
+`backend`, `capacity`: service/local/cli.py) and the load tester (`classroom loadtest`). The service imports
+neither, so its image, which installs neither's dependencies, still starts and serves.
+"""
+
+import asyncio
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from service.backends.fleet import load_backends, shared_backends
+from service.classroom.accounts import add_teacher
+from service.errors import InvalidInput
+from service.records import BackendConfig
+from service.settings import Settings
+
+app = typer.Typer(help="classroom-assistant: a reading assistant for classrooms.", no_args_is_help=True)
+teacher_app = typer.Typer(help="Teachers' accounts: an operator's job.", no_args_is_help=True)
+backends_app = typer.Typer(
+    help="The variants and replicas the service routes to (shared in Redis).", no_args_is_help=True
+)
+app.add_typer(backends_app, name="backends")
+app.add_typer(teacher_app, name="teacher")
+
+
+def settings_of(ctx: typer.Context) -> Settings:
+    """The settings, read once for the command (and for a plugin's commands too)."""
+    if ctx.obj is None:
+        ctx.obj = Settings()
+    settings: Settings = ctx.obj
+    return settings
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="service processes behind the port (default: the settings')")
+    ] = None,
+) -> None:
+    """Only the service (Redis and vLLM already running where the settings say)."""
+    from service.app import serve as serve_app
+
+    serve_app(settings_of(ctx), workers)
+
+
+@teacher_app.command("add")
+def teacher_add(
+    ctx: typer.Context,
+    email: str,
+    name: Annotated[str, typer.Option(help="how pupils and pages name the teacher")] = "",
+    password: Annotated[
+        str,
+        typer.Option(
+            prompt=True,
+            confirmation_prompt=True,
+            hide_input=True,
+            envvar="CLASSROOM_NEW_TEACHER_PASSWORD",
+            help="asked for when not given",
+        ),
+    ] = "",
+) -> None:
+    """Create a teacher's account in the Redis the settings name."""
+    try:
+        teacher = asyncio.run(add_teacher(settings_of(ctx), email, name, password))
+    except InvalidInput as exc:
+        raise typer.BadParameter(exc.message) from exc
+    print(f"teacher {teacher.email} added")
+
+
+@backends_app.command("show")
+def backends_show(ctx: typer.Context) -> None:
+    """The configuration every service process routes by."""
+    config = asyncio.run(shared_backends(settings_of(ctx)))
+    print(config.model_dump_json(indent=2) if config else "no configuration yet: the service seeds it at start")
+
+
+@backends_app.command("load")
+def backends_load(ctx: typer.Context, file: Path) -> None:
+    """Replace the shared configuration by a file's (deploy/backends.yaml's form); processes follow within 1 s."""
+    try:
+        declared = BackendConfig.from_file(file)
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="FILE") from exc
+    config = asyncio.run(load_backends(settings_of(ctx), declared))
+    print(
+        f"backends configuration version {config.version}: active {config.active}, variants {sorted(config.variants)}"
+    )
+
+
+def _add_plugins(group: str = "classroom.commands") -> None:
+    """Commands that installed packages offer by entry point: a Typer with a name is a group of its own
+    (`classroom loadtest ...`), one without adds its commands here (`classroom up`). One whose dependencies are
+    not installed (the image installs only the service's) is left out."""
+    for plugin in entry_points(group=group):
+        try:
+            app.add_typer(plugin.load())
+        except ImportError:
+            continue
+
+
+_add_plugins()
