@@ -288,7 +288,7 @@ async def measure(
                 runs = await relay(asker, classes, meter, streams, args.per_stream, args.repeats)
             result["relay"][str(streams)] = runs | cost(runs["through"], per_question)
             print(f"  relay {streams}: {relay_line(result['relay'][str(streams)])}", flush=True)
-        # As a GPU decodes (the H200's TPOT for a class: loadtest/results/gpu-h200/): a chunk every 3.5 ms a
+        # As a GPU decodes (the H200's TPOT for a class: results/gpu-h200/): a chunk every 3.5 ms a
         # stream, so the service relays token by token, not in big reads.
         configure_fake(fake, answer_tokens=256, tpot_ms=PACED_TPOT_MS)
         with profiled(pids["service"], profile(args, "relay-paced")):

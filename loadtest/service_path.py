@@ -2,7 +2,7 @@
 way; primed) and through the service, configurations alternated within each round, read from the saved
 runs (named VARIANT-CLASSES-rROUND.json, or .json.gz).
 
-    python -m loadtest.service_path loadtest/results/h200-2026-12-03 [--skip-round 0]
+    python -m loadtest.service_path results/h200-2026-12-03 [--skip-round 0]
 
 Each figure is the median over rounds of that round's figure, with its range; the service's overhead and
 the ratio to the seed's way are taken within a round (the runs of one round were back to back), then the

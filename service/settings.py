@@ -183,7 +183,7 @@ class AnswerSettings(BaseModel):
     # OpenAI's frequency penalty: each time a token was already written in this answer, its logit is lowered by
     # this much (0: off). It counts the answer's own tokens only (vLLM's repetition_penalty also punishes the
     # passage's words, which pushes a model away from the passage).
-    # 0.5 chosen with the rubric on the real small model (loadtest/results/quality-cpu-smollm2/README.md).
+    # 0.5 chosen with the rubric on the real small model (results/quality-cpu-smollm2/README.md).
     frequency_penalty: float = Field(default=0.5, ge=-2.0, le=2.0)
     # While a question waits for its first token (and all along), an SSE comment this often keeps
     # proxies with idle timeouts (nginx's proxy_read_timeout, load balancers) from cutting the stream.
@@ -224,7 +224,7 @@ class TurnSettings(BaseModel):
     # Set it near what the replica runs at once well (vLLM's --max-num-seqs, or the knee of a load test's
     # sweep): below it the engine is not full and nobody waits; 0 turns waiting in line off. On the H200 a
     # bound of 32 or 64 made 4 classes of 30 at once wait 1.0-1.8 s at p95 against 0.25 s unbounded
-    # (loadtest/results/h200-2026-12-03-levers): the engine ran all 120 well, and each turn waits a whole
+    # (results/h200-2026-12-03-levers): the engine ran all 120 well, and each turn waits a whole
     # answer. 256 is vLLM's own --max-num-seqs default on smaller GPUs (1024 on an H100/H200).
     max_in_flight_per_replica: int = Field(default=256, ge=0)
     # Questions waiting for one replica at most; one more is refused (429) and stored as refused.

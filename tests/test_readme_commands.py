@@ -97,16 +97,16 @@ def one_line(text: str) -> str:
     return " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
 
 
-H200_RUN = "loadtest/results/gpu-h200/original-synthetic-1rps.json"
-TINY_AGREEMENT = "loadtest/results/quality-agreement-tiny-fp8.json"
+H200_RUN = "results/gpu-h200/original-synthetic-1rps.json"
+TINY_AGREEMENT = "results/quality-agreement-tiny-fp8.json"
 MISTAKES = [
     ("loadtest report var/loadtest/no-such-run.json", "var/loadtest/no-such-run.json does not exist (a path from"),
-    ("loadtest report loadtest/results", "loadtest/results is a folder, not a saved result"),
+    ("loadtest report results", "results is a folder, not a saved result"),
     ("loadtest report README.md", "README.md is not RunResult JSON"),
     (f"loadtest compare {TINY_AGREEMENT} --gpu-price 1", "is not RunResult JSON"),
     (
-        f"loadtest compare {H200_RUN} --gpu-price 1 --agreement results/quality-agreement-tiny-fp8.json",
-        "results/quality-agreement-tiny-fp8.json does not exist",
+        f"loadtest compare {H200_RUN} --gpu-price 1 --agreement nowhere/quality-agreement-tiny-fp8.json",
+        "nowhere/quality-agreement-tiny-fp8.json does not exist",
     ),
     (
         f"loadtest compare {H200_RUN} --gpu-price 1 --agreement {TINY_AGREEMENT}",
@@ -139,6 +139,6 @@ def test_the_cpu_rollout_recipe_writes_under_var_unless_asked_to_record() -> Non
     (where,) = [line for line in script.splitlines() if line.startswith("R=")]
     env = {k: v for k, v in os.environ.items() if k != "OUT"}
     trial = run(f"{where}; echo $R", env)
-    recorded = run(f"{where}; echo $R", env | {"OUT": "loadtest/results/rollout-cpu-tiny"})
+    recorded = run(f"{where}; echo $R", env | {"OUT": "results/rollout-cpu-tiny"})
     assert trial.stdout.strip() == "var/loadtest/rollout-cpu-tiny"
-    assert recorded.stdout.strip() == "loadtest/results/rollout-cpu-tiny"
+    assert recorded.stdout.strip() == "results/rollout-cpu-tiny"

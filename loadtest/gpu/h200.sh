@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The runs behind loadtest/results/gpu-h200/ (the lent H200, 2026-12-02; the figures are in
+# The runs behind results/gpu-h200/ (the lent H200, 2026-12-02; the figures are in
 # loadtest/README.md). On the H200 after ../shared/gpu's three staging commands (vLLM 0.26 in /tmp/site),
 # from the repository root; results go to $OUT (the device tool's), the report is made back here:
 #   bash loadtest/gpu/h200.sh prepare     1.5B stand-in, its FP8_DYNAMIC copy, both served (0.4 of the GPU
@@ -9,10 +9,10 @@
 #   bash loadtest/gpu/h200.sh rollout     the seed's comparison (256 in / 128 out at 1 and 4 req/s, 60 s),
 #                                         4 classes of 30 at once (twice: the first run meets a cold server),
 #                                         one class of 30 then a trickle, on each variant (~6 min)
-#   classroom loadtest compare loadtest/results/gpu-h200/*-{synthetic-*,classroom-second,classroom-30pupils}.json --gpu-price 3.50 \
+#   classroom loadtest compare results/gpu-h200/*-{synthetic-*,classroom-second,classroom-30pupils}.json --gpu-price 3.50 \
 #     --agreement .../quality-agreement-1.5b-fp8.json --rubric .../rubric-original.json --rubric .../rubric-fp8.json
 #
-# Through the service (2026-12-03, results in loadtest/results/h200-2026-12-03/; the report is made back
+# Through the service (2026-12-03, results in results/h200-2026-12-03/; the report is made back
 # here with `python -m loadtest.service_path`). After the three staging commands, two more:
 #   bash loadtest/gpu/h200.sh service-prepare   the 1.5B stand-in served twice on one GPU (0.4 each): port 8000
 #                                               with one API server (the seed's way), 8002 with
@@ -25,7 +25,7 @@
 #                                               and through the service (~9 min)
 #   bash loadtest/gpu/h200.sh service-agreement loadtest and vllm bench against vLLM's own histograms (~4 min)
 #
-# The levers (second 2026-12-03 run, results in loadtest/results/h200-2026-12-03-levers/): after the three
+# The levers (second 2026-12-03 run, results in results/h200-2026-12-03-levers/): after the three
 # staging commands and service-prepare, on the same two servers:
 #   bash loadtest/gpu/h200.sh service-levers    (carry .devkit/redis) five services in front of the 4-API-server
 #                                               vLLM, each one lever apart: chat, token-id prompts, token ids with
@@ -36,7 +36,7 @@
 #                                               ROUND_FROM=n (the services stay up between calls).
 #
 # The decision through the service, and where the service's time goes (third 2026-12-03 run, results in
-# loadtest/results/h200-2026-12-03-decision/): after the staging commands (five pieces of 36 MiB now, the
+# results/h200-2026-12-03-decision/): after the staging commands (five pieces of 36 MiB now, the
 # tree having grown),
 #   bash loadtest/gpu/h200.sh decision-prepare  (carry .devkit/extra and .devkit/redis: truststore, py-spy,
 #                                               Redis) the stand-in and its FP8_DYNAMIC copy, each served with
@@ -52,7 +52,7 @@
 #                                               tarball in $OUT (~7 min; python -m loadtest.service_path reads it)
 #   classroom loadtest compare .../h200-2026-12-03-decision/{original,fp8}-*-r2.json.gz --gpu-price 3.50 ...
 #
-# A class's burst after the service's own levers (issue 25; results in loadtest/results/h100-2026-12-06-burst/, the
+# A class's burst after the service's own levers (issue 25; results in results/h100-2026-12-06-burst/, the
 # card the run got; the folder is named after it):
 # after `bash loadtest/gpu/stage.sh` here and its pieces sent (recv.sh each, then setup.sh), two more:
 #   bash loadtest/gpu/h200.sh burst-prepare  the 1.5B stand-in served twice at once: port 8000 with
@@ -66,7 +66,7 @@
 #                                            (its loop lag) after; one tarball in $OUT (~8 min;
 #                                            python -m loadtest.service_path reads it)
 #
-# The real small model and its FP8 copy (issue 22; results in loadtest/results/h200-real-smollm2/): after
+# The real small model and its FP8 copy (issue 22; results in results/h200-real-smollm2/): after
 # `bash loadtest/gpu/stage.sh` here and its pieces sent as ../shared/gpu/README.md says (recv.sh each, then
 # setup.sh), two more:
 #   bash loadtest/gpu/h200.sh real-prepare   SmolLM2-135M-Instruct converted from the carried wheel's GGUF, its
