@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import httpx
@@ -20,9 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.backends.warmup import BURST_MAX_TOKENS
 from service.classroom.accounts import add_teacher
 from service.local.processes import answers_ok
-from service.records import QuestionRecord, QuestionStatus, Usage
+from service.records import Passage, PupilSession, QuestionRecord, QuestionStatus, Usage
 from service.settings import Settings
-from service.store import open_store
+from service.store import RateLimit, Store, open_store
+from service.store.ids import new_id
 
 SENTENCES = [
     "Honeybees live in colonies of many thousands, with one queen, a few hundred drones and many workers.",
@@ -286,3 +287,24 @@ def warmup_burst_requests(vllm_metrics: dict[str, list[tuple[dict[str, str], flo
     """Requests a replica finished that a warm-up burst sent (service/backends/warmup.py)."""
     assert 5 < BURST_MAX_TOKENS <= 10
     return requests_asking_for(vllm_metrics, 5, 10)
+
+
+async def admitted(store: Store, names: list[str], lease_s: int) -> list[QuestionRecord]:
+    """A class with a published passage, and a question of each pupil `names` holds admitted straight into the
+    store (a lease of `lease_s`), as a service process admits it: for the sweeper's and the leases' rules."""
+    classroom = await store.create_classroom("teacher", "4B")
+    passage = Passage(id=new_id(), classroom_id=classroom.id, title="t", text="x", tokens=2)
+    await store.add_passage(passage, publish=True)
+    await store.set_active_passage(classroom.id, passage.id)
+    asked = []
+    for name in names:
+        pupil = PupilSession(pupil_id=new_id(), classroom_id=classroom.id, name=name)
+        token = await store.start_pupil_session(pupil, timedelta(hours=1))
+        record = QuestionRecord(
+            id=new_id(), classroom_id=classroom.id, passage_id=passage.id, pupil_id=pupil.pupil_id, pupil=name,
+            question="Why?",
+        )  # fmt: skip
+        version = (await store.class_state(classroom.id)).version
+        assert (await store.admit_question(token, record, version, RateLimit(most=10), lease_s)).outcome == "ok"
+        asked.append(record)
+    return asked

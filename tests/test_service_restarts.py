@@ -13,19 +13,17 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
 
 from service.classroom.abandoned import ABANDONED, AbandonedAnswers
-from service.records import Passage, PupilSession, QuestionRecord, QuestionStatus
+from service.records import QuestionStatus
 from service.settings import RedisSettings, Settings
-from service.store import RateLimit, open_store
-from service.store.ids import new_id
+from service.store import open_store
 from tests.figures import report
-from tests.helpers import ask_json, error_of, eventually, stored_questions
+from tests.helpers import admitted, ask_json, error_of, eventually, stored_questions
 from tests.restarts import (
     ANSWER,
     LONGEST_S,
@@ -232,21 +230,7 @@ def test_an_answer_whose_process_was_killed_is_marked_incomplete_once_it_cannot_
 
 async def _abandoned_answers_rules(redis_url: str) -> None:
     async with open_store(own_database_url(redis_url)) as store:
-        classroom = await store.create_classroom("teacher", "4B")
-        passage = Passage(id=new_id(), classroom_id=classroom.id, title="t", text="x", tokens=2)
-        await store.add_passage(passage, publish=True)
-        await store.set_active_passage(classroom.id, passage.id)
-        asked: list[QuestionRecord] = []
-        for name in ("Ada", "Ben", "Cy"):
-            pupil = PupilSession(pupil_id=new_id(), classroom_id=classroom.id, name=name)
-            token = await store.start_pupil_session(pupil, timedelta(hours=1))
-            record = QuestionRecord(
-                id=new_id(), classroom_id=classroom.id, passage_id=passage.id, pupil_id=pupil.pupil_id, pupil=name,
-                question="Why?",
-            )  # fmt: skip
-            version = (await store.class_state(classroom.id)).version
-            assert (await store.admit_question(token, record, version, RateLimit(most=10), 60)).outcome == "ok"
-            asked.append(record)
+        asked = await admitted(store, ["Ada", "Ben", "Cy"], lease_s=60)
         ada, ben, cy = asked
         sweeper = AbandonedAnswers(store, lease_s=60)
         now = time.time()

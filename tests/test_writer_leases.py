@@ -4,32 +4,12 @@ ask again (`Store.renew_leases`, `LiveAnswers`, `AbandonedAnswers`)."""
 
 import asyncio
 import time
-from datetime import timedelta
 
 from service.classroom.abandoned import ABANDONED, AbandonedAnswers
-from service.records import Passage, PupilSession, QuestionRecord, QuestionStatus
-from service.store import Keys, RateLimit, Store, open_store
-from service.store.ids import new_id
+from service.records import QuestionStatus
+from service.store import Keys, open_store
+from tests.helpers import admitted
 from tests.servers import own_database_url
-
-
-async def admitted(store: Store, names: list[str], lease_s: int) -> list[QuestionRecord]:
-    classroom = await store.create_classroom("teacher", "4B")
-    passage = Passage(id=new_id(), classroom_id=classroom.id, title="t", text="x", tokens=2)
-    await store.add_passage(passage, publish=True)
-    await store.set_active_passage(classroom.id, passage.id)
-    asked = []
-    for name in names:
-        pupil = PupilSession(pupil_id=new_id(), classroom_id=classroom.id, name=name)
-        token = await store.start_pupil_session(pupil, timedelta(hours=1))
-        record = QuestionRecord(
-            id=new_id(), classroom_id=classroom.id, passage_id=passage.id, pupil_id=pupil.pupil_id, pupil=name,
-            question="Why?",
-        )  # fmt: skip
-        version = (await store.class_state(classroom.id)).version
-        assert (await store.admit_question(token, record, version, RateLimit(most=10), lease_s)).outcome == "ok"
-        asked.append(record)
-    return asked
 
 
 async def _leases(redis_url: str) -> None:
