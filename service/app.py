@@ -16,6 +16,7 @@ from service.api.handlers import install_error_handlers
 from service.api.question_lane import QuestionLane
 from service.api.router import api_router
 from service.api.security import SecurityMiddleware
+from service.backends.replica_http import Transport
 from service.services import open_services
 from service.settings import Settings
 
@@ -30,12 +31,13 @@ LOG_CONFIG: dict[str, Any] = {
 }
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, transport: Transport | None = None) -> FastAPI:
+    """`transport`: how requests reach the replicas (`service.backends.replica_http`); a test may hand a fake one."""
     settings = settings or Settings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with open_services(settings) as services:
+        async with open_services(settings, transport) as services:
             app.state.services = services
             services.draining.install()
             # What start-up made lives as long as the process: out of the collector's sight (its garbage collected

@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry
 from redis.asyncio import Redis
 
 from service.backends.fleet import Fleet
+from service.backends.replica_http import AiohttpTransport, ReplicaHttp, Transport
 from service.backends.turns import Turns
-from service.backends.upstream import Upstream
 from service.backends.warmup import Warmup
 from service.classroom.abandoned import AbandonedAnswers
 from service.classroom.accounts import Accounts
@@ -60,11 +60,15 @@ def declared_backends(settings: Settings) -> BackendConfig:
 
 
 @asynccontextmanager
-async def open_services(settings: Settings) -> AsyncIterator[Services]:
+async def open_services(settings: Settings, transport: Transport | None = None) -> AsyncIterator[Services]:
+    """`transport`: how requests reach the replicas (`replica_http`); a test may hand a fake one."""
     prompts = Prompts.from_settings(settings)
     redis = connect(settings.redis.url, settings.redis.max_connections)
     store = Store(redis)
-    fleet = Fleet(store, settings, declared_backends(settings))
+    replica_http = ReplicaHttp(
+        transport or AiohttpTransport(settings.backend), settings.backend, settings.routing.probe_timeout_s
+    )
+    fleet = Fleet(store, settings, declared_backends(settings), replica_http)
     registry = CollectorRegistry()
     metrics = Metrics(registry)
     scrape = Scrape(registry, ReplicaHealthCollector(fleet), settings.api.metrics_dir)
@@ -91,7 +95,6 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         fleet.on_change(warmup.fleet_changed)
         fleet.on_probed(warmup.replicas_probed)
     accounts = Accounts(store, settings.auth)
-    upstream = Upstream(settings.backend)
     # Behind a router or gateway its own queue takes turns; a line of ours per router URL would be the district's.
     turn_settings = settings.turns
     if routing.policy == "gateway":
@@ -115,7 +118,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         classes,
         accounts,
         fleet,
-        upstream,
+        replica_http,
         metrics,
         turns,
         model=model,
@@ -174,7 +177,7 @@ async def open_services(settings: Settings) -> AsyncIterator[Services]:
         await turns.close()
         await scrape.close()
         await warmup.close()
-        await upstream.close()
         await fleet.close()
+        await replica_http.close()
         await store.subscriptions.close()
         await redis.aclose()

@@ -10,7 +10,7 @@ from httpx_sse import connect_sse
 
 from service.app import create_app
 from service.settings import Settings
-from tests.fakes import FAKE_WORDS, fake_backend_that_dies_mid_stream
+from tests.fakes import FAKE_WORDS, FakeStream, FakeTransportScripted, sse_chunk
 from tests.helpers import (
     Join,
     add_passage,
@@ -60,19 +60,23 @@ def test_pupil_leaving_mid_answer_no_longer_cuts_it_short(teacher: httpx.Client,
 
 
 def test_backend_dying_mid_stream_ends_with_an_error_event_and_keeps_the_text(settings: Settings) -> None:
-    # The fake's own traceback, when it drops the connection, is expected: keep it out of the log.
-    with ServerThread(fake_backend_that_dies_mid_stream(), log_level="critical") as backend:
-        fake = settings.backend.model_copy(update={"base_url": f"{backend.url}/v1"})
-        dying = isolated(settings, backend=fake)
-        with ServerThread(create_app(dying)) as service, closing(signed_in_teacher(dying, service.url)) as teacher:
-            classroom = create_classroom(teacher)
-            add_passage(teacher, classroom["id"], passage_text(100))
-            with closing(joined_pupil(service.url, classroom["join_code"], "Ben")) as ben:
-                streamed = ask_streaming(ben, classroom["id"], "Why do bees dance?")
+    # A replica that streams a few words and drops the connection, as a crashed vLLM does: played through the
+    # service's HTTP seam (a real vLLM killed mid-answer: tests/test_faults.py).
+    dies = FakeStream([sse_chunk(role=True), *map(sse_chunk, FAKE_WORDS)], then=ConnectionResetError("vLLM died"))
+    replica = FakeTransportScripted([dies])
+    dying = isolated(settings)
+    with ServerThread(create_app(dying, replica)) as service, closing(signed_in_teacher(dying, service.url)) as teacher:
+        classroom = create_classroom(teacher)
+        add_passage(teacher, classroom["id"], passage_text(100))
+        with closing(joined_pupil(service.url, classroom["join_code"], "Ben")) as ben:
+            streamed = ask_streaming(ben, classroom["id"], "Why do bees dance?")
 
-            assert streamed.text == "".join(FAKE_WORDS)
-            assert streamed.done is None
-            assert streamed.error is not None and "cut short" in streamed.error["message"]
-            [stored] = stored_questions(teacher, classroom["id"])
-            assert stored["status"] == "incomplete"
-            assert stored["answer"] == "".join(FAKE_WORDS)
+        assert streamed.text == "".join(FAKE_WORDS)
+        assert streamed.done is None
+        assert streamed.error is not None and "cut short" in streamed.error["message"]
+        [stored] = stored_questions(teacher, classroom["id"])
+        assert stored["status"] == "incomplete"
+        assert stored["answer"] == "".join(FAKE_WORDS)
+        assert dies.closed, "the broken connection was not dropped"
+        [asked] = replica.streamed
+        assert asked.url == f"{settings.backend.base_url}/chat/completions"

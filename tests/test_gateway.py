@@ -19,7 +19,7 @@ import pytest
 from benchmarks.gateway_client import Answer, ask_service
 from loadtest.results import RunResult
 from service.app import create_app
-from service.backends.upstream import ReplicaNotAnswering, ReplicaRefused, Upstream
+from service.backends.replica_http import AiohttpTransport, ReplicaHttp, ReplicaNotAnswering, ReplicaRefused
 from service.settings import AnswerSettings, BackendSettings, Settings, root_url
 from tests.helpers import add_passage, create_classroom, joined_pupil, passage_text, signed_in_teacher, stored_questions
 from tests.servers import ServerThread, Vllm, isolated, service_process
@@ -98,17 +98,18 @@ def test_a_connection_not_made_in_time_is_not_a_refused_one(unaccepting_port: in
         refusing = closed.getsockname()[1]  # bound, not listening: connections are refused
 
     async def open_both() -> tuple[BaseException | None, BaseException | None]:
-        upstream = Upstream(BackendSettings(connect_timeout_s=0.3))
+        backend = BackendSettings(connect_timeout_s=0.3)
+        http = ReplicaHttp(AiohttpTransport(backend), backend, probe_timeout_s=1.0)
         outcomes: list[BaseException | None] = []
         try:
             for port in (refusing, unaccepting_port):
                 try:
-                    await upstream.open(f"http://127.0.0.1:{port}/v1", b"{}")
+                    await http.open_answer(f"http://127.0.0.1:{port}/v1", b"{}")
                     outcomes.append(None)
                 except Exception as exc:
                     outcomes.append(exc)
         finally:
-            await upstream.close()
+            await http.close()
         return outcomes[0], outcomes[1]
 
     refused, timed_out = asyncio.run(open_both())

@@ -23,11 +23,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-import httpx
-from openai import AsyncOpenAI, Timeout
 from pydantic import BaseModel
 from redis.exceptions import RedisError
 
+from service.backends.replica_http import ReplicaError, ReplicaHttp
 from service.backends.routing import Router, gateway_headers
 from service.backends.vllm_metrics import VllmFigures, parse_vllm_metrics, started_at
 from service.records import BackendConfig
@@ -61,7 +60,7 @@ class SharedProbes(BaseModel):
 
 
 class Fleet:
-    def __init__(self, store: Store, settings: Settings, declared: BackendConfig) -> None:
+    def __init__(self, store: Store, settings: Settings, declared: BackendConfig, http: ReplicaHttp) -> None:
         # This process, as the prober's lease names it: where it runs, and which process.
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._store = store
@@ -71,8 +70,7 @@ class Fleet:
         self.config = declared
         self.router = Router(settings.routing.policy, settings.routing.max_waiting)
         self.replicas: dict[str, ReplicaState] = {}
-        self._clients: dict[str, AsyncOpenAI] = {}
-        self._http = httpx.AsyncClient(timeout=settings.routing.probe_timeout_s)
+        self.http = http  # the process's one way to its replicas: probes here, answers and warm-ups elsewhere
         self._listeners: list[ChangeListener] = []
         self._probed_listeners: list[ProbedListener] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -92,9 +90,6 @@ class Fleet:
                 await task
         with contextlib.suppress(RedisError, OSError):  # else it lapses
             await self._store.release_prober_lease(self.id)
-        await self._http.aclose()
-        for client in self._clients.values():
-            await client.close()
 
     def on_change(self, listener: ChangeListener) -> None:
         """Called when the configuration changes or a replica comes back: time to warm caches."""
@@ -116,21 +111,6 @@ class Fleet:
             await listener()
 
     # Routing
-
-    def client(self, url: str) -> AsyncOpenAI:
-        """One client per replica, kept for the process's life: a stream in flight keeps using its own."""
-        if url not in self._clients:
-            backend = self._settings.backend
-            timeout = Timeout(backend.read_timeout_s, connect=backend.connect_timeout_s)
-            # For warm-up; pupils' answers stream through service/backends/upstream.py.
-            self._clients[url] = AsyncOpenAI(
-                base_url=url,
-                api_key=backend.api_key.get_secret_value(),
-                # No retries: the next replica is tried instead, and a pupil hears at once if none is left.
-                max_retries=0,
-                timeout=timeout,
-            )
-        return self._clients[url]
 
     def healthy(self) -> set[str]:
         return {url for url, state in self.replicas.items() if state.healthy}
@@ -256,20 +236,22 @@ class Fleet:
         state = self.replicas.setdefault(url, ReplicaState(url))
         root = root_url(url)
         try:
-            health = await self._http.get(f"{root}/health")
-            health.raise_for_status()
-            models = await self._http.get(f"{url.rstrip('/')}/models")
-            models.raise_for_status()
+            health = await self.http.probe(f"{root}/health")
+            if not health.ok:
+                raise ValueError(f"/health answered {health.status}")
+            models = await self.http.probe(f"{url.rstrip('/')}/models")
+            if not models.ok:
+                raise ValueError(f"/v1/models answered {models.status}")
             served = [m["id"] for m in models.json()["data"]]
             name = self._served_name
             if name not in served:
                 raise ValueError(f"serves {served}, not {name}")
-            metrics = await self._http.get(f"{root}/metrics")
-            state.figures = parse_vllm_metrics(metrics.text) if metrics.is_success else VllmFigures()
-            if metrics.is_success:
-                state.run = started_at(metrics.text)
+            metrics = await self.http.probe(f"{root}/metrics")
+            state.figures = parse_vllm_metrics(metrics.text()) if metrics.ok else VllmFigures()
+            if metrics.ok:
+                state.run = started_at(metrics.text())
             state.healthy, state.error = True, None
-        except (httpx.HTTPError, ValueError, KeyError) as exc:
+        except (ReplicaError, ValueError, KeyError, TypeError) as exc:
             state.healthy, state.error = False, str(exc) or type(exc).__name__
         state.checked_at = time.time()
 

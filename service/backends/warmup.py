@@ -24,11 +24,11 @@ import time
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
-from openai import APIError
 from openai.types.chat import ChatCompletionMessageParam
 from redis.exceptions import RedisError
 
 from service.backends.fleet import Fleet
+from service.backends.replica_http import ReplicaError
 from service.records import Passage
 from service.store import Store
 from service.tasks import stop_tasks
@@ -103,14 +103,13 @@ class Warmup:
         for variant in variants:
             for url in self._fleet.plan_variant(variant, passage.id)[:1]:
                 try:
-                    await self._fleet.client(url).chat.completions.create(
-                        model=self._model,
-                        messages=messages,
-                        max_tokens=1,
+                    await self._fleet.http.chat(
+                        url,
+                        {"model": self._model, "messages": messages, "max_tokens": 1},
                         # Through a router: the passage's session, so it lands where the class's questions will.
-                        extra_headers=self._fleet.headers(passage.id, passage.classroom_id),
+                        self._fleet.headers(passage.id, passage.classroom_id),
                     )
-                except APIError as exc:
+                except ReplicaError as exc:
                     log.warning("could not warm passage %s on %s: %s", passage.id, url, exc)
                     continue
                 warmed.append(url)
@@ -127,19 +126,16 @@ class Warmup:
 
     async def burst(self, url: str) -> float:
         """`warmup_burst` requests at once to one replica; returns the seconds until all were answered."""
-        client = self._fleet.client(url)
+        request = {
+            "model": self._model,
+            "messages": BURST_MESSAGES,
+            "max_tokens": BURST_MAX_TOKENS,
+            "temperature": self._burst_temperature,
+            "ignore_eos": True,
+        }
         began = time.perf_counter()
         outcomes = await asyncio.gather(
-            *(
-                client.chat.completions.create(
-                    model=self._model,
-                    messages=BURST_MESSAGES,
-                    max_tokens=BURST_MAX_TOKENS,
-                    temperature=self._burst_temperature,
-                    extra_body={"ignore_eos": True},
-                )
-                for _ in range(self._burst)
-            ),
+            *(self._fleet.http.chat(url, request) for _ in range(self._burst)),
             return_exceptions=True,
         )
         took = time.perf_counter() - began

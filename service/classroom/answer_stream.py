@@ -16,9 +16,9 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 
-import aiohttp
 from redis.exceptions import RedisError
 
+from service.backends.replica_http import OpenStream
 from service.backends.turns import TurnNotInTime
 from service.backends.vllm_stream import StreamBroke, StreamReader
 from service.classroom.live import INTERRUPTED, Ended, LiveAnswer, LiveAnswers
@@ -46,7 +46,7 @@ class NotStarted(Exception):
         self.failure = failure
 
 
-Opener = Callable[[QuestionRecord], Awaitable[tuple[QuestionRecord, aiohttp.ClientResponse]]]
+Opener = Callable[[QuestionRecord], Awaitable[tuple[QuestionRecord, OpenStream]]]
 
 
 @dataclass(slots=True)
@@ -66,7 +66,7 @@ class AnswerStream:
     def __init__(
         self,
         live: LiveAnswer,
-        upstream: aiohttp.ClientResponse | Waiting,
+        upstream: OpenStream | Waiting,
         store: Store,
         metrics: Metrics,
         started: float,
@@ -148,7 +148,7 @@ class AnswerStream:
         progress_s = self._progress_s
         next_progress = clock() + progress_s
         try:
-            async for data in upstream.content.iter_any():
+            async for data in upstream.chunks():
                 piece = reader.feed(data)
                 if piece.finish_reason:
                     self._finish_reason = piece.finish_reason
@@ -164,7 +164,7 @@ class AnswerStream:
                         self._store_progress()
             if not reader.done:
                 raise StreamBroke("the stream ended before [DONE]")
-        except TimeoutError:  # nothing from vLLM for backend.read_timeout_s (aiohttp's sock_read)
+        except TimeoutError:  # nothing from vLLM for backend.read_timeout_s
             log.warning("answer %s timed out waiting for the backend", self.record.id)
             return QuestionStatus.INCOMPLETE, TOO_SLOW
         except Exception:  # the stream broke: the connection cut, a protocol or server error mid-way
@@ -190,14 +190,14 @@ class AnswerStream:
         """Close vLLM's stream (it aborts a request whose stream is closed), store the final record, tell the
         answer's followers, record the metrics."""
         upstream = self._upstream
-        if isinstance(upstream, aiohttp.ClientResponse):
+        if not isinstance(upstream, Waiting):
             if self._reader.done:
                 upstream.release()  # the connection goes back to the pool
             else:
                 upstream.close()
         status, message = outcome
         if not self._stored:
-            if status == QuestionStatus.INCOMPLETE and not isinstance(upstream, aiohttp.ClientResponse):
+            if status == QuestionStatus.INCOMPLETE and isinstance(upstream, Waiting):
                 status = QuestionStatus.FAILED  # cut before it started: no answer at all
             self.record = self._finish((status, message))
             if self._progress is not None:

@@ -19,12 +19,11 @@ import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import NoReturn
 
-import aiohttp
 import anyio
 
 from service.backends.fleet import Fleet
+from service.backends.replica_http import OpenStream, ReplicaAnswered, ReplicaHttp, ReplicaNotAnswering, ReplicaRefused
 from service.backends.turns import Turns
-from service.backends.upstream import ReplicaAnswered, ReplicaNotAnswering, ReplicaRefused, Upstream
 from service.classroom.accounts import Accounts
 from service.classroom.answer_stream import AnswerStream, NotStarted, Waiting
 from service.classroom.class_cache import ClassCache
@@ -65,7 +64,7 @@ class Answering:
         classes: ClassCache,
         accounts: Accounts,
         fleet: Fleet,
-        upstream: Upstream,
+        replica_http: ReplicaHttp,
         metrics: Metrics,
         turns: Turns,
         *,
@@ -83,7 +82,7 @@ class Answering:
         self._classes = classes
         self._accounts = accounts
         self._fleet = fleet
-        self._upstream = upstream
+        self._replica_http = replica_http
         self._metrics = metrics
         self._turns = turns
         self._model = model
@@ -161,7 +160,7 @@ class Answering:
         return self._answer(record, upstream, started, line)
 
     def _answer(
-        self, record: QuestionRecord, upstream: aiohttp.ClientResponse | Waiting, started: float, line: TurnLine | None
+        self, record: QuestionRecord, upstream: OpenStream | Waiting, started: float, line: TurnLine | None
     ) -> LiveAnswer:
         stream = AnswerStream(
             LiveAnswer(record), upstream, self._store, self._metrics, started, line, self._answers, self._progress_s
@@ -238,14 +237,14 @@ class Answering:
 
     async def _start(
         self, record: QuestionRecord, *, body: bytes, replicas: list[str], line: TurnLine | None
-    ) -> tuple[QuestionRecord, aiohttp.ClientResponse]:
+    ) -> tuple[QuestionRecord, OpenStream]:
         """The first replica of `replicas` that takes the question, and its response once the headers are in;
         else the record is stored failed (`NotStarted`)."""
         failure: BackendFailed | BackendUnavailable = BackendUnavailable()
         tried: str | None = None
         for url in replicas:
             try:
-                upstream = await self._upstream.open(
+                upstream = await self._replica_http.open_answer(
                     url, body, self._fleet.headers(record.passage_id, record.classroom_id)
                 )
             except ReplicaNotAnswering as exc:

@@ -148,7 +148,7 @@ class Prompts:
         self, system_message: str, question: str, *, model: str, sampling: Mapping[str, float | int]
     ) -> bytes:
         """The JSON body of one question's streamed request: chat messages for /v1/chat/completions, or
-        token ids for /v1/completions (`upstream.Upstream` posts to the one that goes with the format)."""
+        token ids for /v1/completions (`ReplicaHttp.open_answer` posts to the one that goes with the format)."""
         if self.prompt_format == "chat":
             return orjson.dumps(
                 {
