@@ -5,7 +5,8 @@ Each is started once per session on a free port and stopped at the end, and only
 that need a fault the real servers cannot produce build their own fake, and say so in its name.
 
 Tiers, from each test's fixtures (pytest_collection_modifyitems below): `vllm` for a test that starts vLLM,
-`browser` for one that drives Chromium; `pytest -m "not vllm and not browser"` is the fast tier.
+`browser` for one that drives Chromium; with `slow` (marked in the test files: a process of its own, a model's
+tokenizer, minutes by design), `pytest -m "not vllm and not browser and not slow"` is the fast tier.
 
 Only fixtures and pytest's hooks are here; the classes and functions behind them, which tests use too, are in
 tests/servers.py (and the figures reported at the end in tests/figures.py): no test imports this module.

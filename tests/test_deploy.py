@@ -29,6 +29,8 @@ from service.settings import BackendSettings, Settings
 from tests.deploy_scripts import DEPLOY, SCRIPTS, run, script_env
 from tests.servers import ROOT
 
+pytestmark = pytest.mark.slow  # the deploy files through kubectl, Compose, promtool and the model download
+
 COMPOSE = DEPLOY / "compose.yaml"
 K8S = DEPLOY / "k8s"
 PROFILES = ("original", "fp8")

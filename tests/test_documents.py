@@ -1,5 +1,5 @@
 """Reading uploaded files: what each kind gives, the limits that look inside before parsing, and the child
-process that holds whatever they miss within its memory and time (no service, no vLLM: the fast tier)."""
+process that holds whatever they miss within its memory and time (no service, no vLLM)."""
 
 import asyncio
 import io
@@ -16,6 +16,8 @@ from service.classroom.documents import Document, ReadingLimits, read_document
 from service.errors import DocumentTooComplex, ServiceError, TooManyPages, UnreadableFile
 from service.settings import DocumentSettings
 from tests import documents
+
+pytestmark = pytest.mark.slow  # readers in child processes, bounded in memory and time
 
 LIMITS = ReadingLimits(max_chars=20_000, max_pages=50, max_xml_bytes=8 * 1024 * 1024, max_compression_ratio=100)
 TOO_COMPLEX = "This document is too large or too complex to read. Paste its text instead"

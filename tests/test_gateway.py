@@ -142,6 +142,7 @@ async def _class_bursts_while_another_streams(
         return bursts, others
 
 
+@pytest.mark.slow  # a service process of its own and the instant fake vLLM
 def test_a_class_pressing_ask_at_once_while_another_class_streams_gets_every_answer(
     settings: Settings, instant_vllm: str
 ) -> None:
@@ -178,6 +179,7 @@ def test_a_class_pressing_ask_at_once_while_another_class_streams_gets_every_ans
         assert "is down" not in service.log.read_text()  # the replica was never taken for dead
 
 
+@pytest.mark.slow  # a service process of its own and the instant fake vLLM
 def test_the_load_tester_lets_every_request_of_four_bursts_be_in_flight_at_once(
     instant_vllm: str, model_dir: Path, tmp_path: Path
 ) -> None:

@@ -47,6 +47,7 @@ def test_request_cap_cuts_a_burst_rather_than_dropping_it() -> None:
 
 
 @pytest.mark.parametrize("prompt_tokens", [40, 128, 256, 1000])
+@pytest.mark.slow  # a model's tokenizer loaded
 def test_synthetic_prompts_are_exactly_p_tokens_after_the_chat_template(model_dir: Path, prompt_tokens: int) -> None:
     tokenizer = ModelTokenizer.from_model_dir(model_dir)
     work = synthetic(tokenizer, prompt_tokens=prompt_tokens, output_tokens=16, requests=4, warmup=2, seed=7)
@@ -62,6 +63,7 @@ def test_synthetic_prompts_are_exactly_p_tokens_after_the_chat_template(model_di
     assert (body["ignore_eos"], body["min_tokens"], body["max_tokens"]) == (True, 16, 16)
 
 
+@pytest.mark.slow  # a model's tokenizer loaded
 def test_classroom_passages_are_exactly_l_tokens_first_and_the_warmup_has_its_own(prompts) -> None:
     work = classroom(
         prompts,
@@ -234,6 +236,7 @@ def test_a_report_is_remade_from_the_saved_json_alone(tmp_path: Path) -> None:
     assert "stand-in" in report.render(again) and "TPOT (vLLM) = ITL (GuideLLM)" in report.render(again)
 
 
+@pytest.mark.slow  # the instant fake vLLM as a process
 def test_the_client_drives_the_instant_fake_vllm_and_records_every_request(model_dir: Path) -> None:
     """Against fake_vllm (an instant fake in its own process): every request recorded, tokens counted."""
     tokenizer = ModelTokenizer.from_model_dir(model_dir)
@@ -310,6 +313,7 @@ def _rubric(variant: str, passed: int, of: int, description: str = "d") -> Rubri
     )  # fmt: skip
 
 
+@pytest.mark.slow  # a model's tokenizer loaded
 def test_a_real_model_s_rubric_decides_the_gate_and_prices_only_acceptable_answers(tmp_path: Path) -> None:
     gate = compare.Gate(min_top1=0.9, max_kl=0.1, max_score_drop=0.05)
     runs = [(tmp_path / "o.json", _run("original", [0.2] * 10)), (tmp_path / "f.json", _run("fp8", [0.1] * 10))]

@@ -4,12 +4,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from service.backends.tokens import ModelTokenizer
 from service.cli import app
 from service.local.model.standin import SHAPES, parameter_count, random_weights
 from service.model_manifest import read_manifest
+
+pytestmark = pytest.mark.slow  # builds the stand-in's folder and loads its tokenizer
 
 # ../shared/MODEL.md: Qwen2.5's default system turn, as the real tokenizer encodes it.
 DEFAULT_SYSTEM_TURN = (

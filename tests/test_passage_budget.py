@@ -10,6 +10,8 @@ from service.errors import FarTooLong, PassageTooLong
 from service.settings import ModelSettings, Settings
 from tests.helpers import passage_text
 
+pytestmark = pytest.mark.slow  # the stand-in's tokenizer, over long texts
+
 
 @pytest.fixture(scope="module")
 def prompts(model_dir: Path) -> Prompts:

@@ -7,6 +7,7 @@ import time
 from contextlib import ExitStack
 
 import httpx
+import pytest
 import redis
 
 from service.settings import Settings
@@ -14,6 +15,8 @@ from service.store import Keys
 from service.store.base import text
 from tests.helpers import eventually
 from tests.servers import RunningService, instant_fake_vllm, isolated, service_process
+
+pytestmark = pytest.mark.slow  # service processes of their own, one of them killed
 
 INTERVAL_S = 0.5
 LEASE_S = 1.5

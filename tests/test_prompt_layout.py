@@ -10,6 +10,8 @@ from service.classroom.prompting import Prompts
 from service.errors import InvalidInput, PassageTooLong, QuestionTooLong
 from service.settings import AnswerSettings, ModelSettings, Settings
 
+pytestmark = pytest.mark.slow  # the real small model converted, both tokenizers loaded
+
 text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=0, max_size=300)
 
 

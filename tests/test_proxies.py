@@ -9,6 +9,7 @@ from pathlib import Path
 from string import Template
 
 import httpx
+import pytest
 
 from service.app import create_app
 from service.local.processes import ManagedProcess, free_port
@@ -25,6 +26,8 @@ from tests.helpers import (
     signed_in_teacher,
 )
 from tests.servers import STATE, ServerThread, isolated, service_process
+
+pytestmark = pytest.mark.slow  # Debian's nginx in front of a service
 
 TEMPLATE = PROJECT_ROOT / "deploy" / "nginx" / "classroom.conf.template"
 

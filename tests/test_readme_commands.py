@@ -125,6 +125,7 @@ MISTAKES = [
 
 
 @pytest.mark.parametrize(("command", "sentence"), MISTAKES, ids=[m[0] for m in MISTAKES])
+@pytest.mark.slow  # the command line as a process: 2-3 s each
 def test_a_missing_or_wrong_file_folder_or_model_is_one_sentence_and_exit_code_2(
     command: str, sentence: str, newcomer: dict[str, str]
 ) -> None:

@@ -147,6 +147,7 @@ async def _redis_dies(url: str, restart: Callable[[], None], kill: Callable[[], 
         await redis.aclose()
 
 
+@pytest.mark.slow  # a Redis of its own, killed and started again
 def test_when_redis_is_killed_every_subscriber_hears_it_and_a_new_subscription_works() -> None:
     port = free_port()
     url = f"redis://127.0.0.1:{port}/0"

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from service.backends.tokens import WORDS_LEARNED, ModelTokenizer
 
+pytestmark = pytest.mark.slow  # both tokenizers, 1,500 texts each
+
 PIECES = st.sampled_from(
     [
         " ", "  ", "\n", "\r\n", "\t", "\u00a0", "\u3000", " \n", ".", ",", "?!", "'s", "'LL", "-", '"', "(", "0", "42",

@@ -30,6 +30,8 @@ from tests.helpers import (
 )
 from tests.servers import ServerThread, Vllm, isolated
 
+pytestmark = pytest.mark.slow  # the stand-in's tokenizer and chat template
+
 LAYOUTS: list[PromptLayout] = ["passage_first", "question_first"]
 OPTIONS: dict[str, Any] = {"model": "Qwen/Qwen2.5-1.5B-Instruct", "max_tokens": 24, "temperature": 0.0}
 
@@ -40,6 +42,7 @@ written = st.lists(
     st.one_of(st.text(chars, max_size=40), st.sampled_from(["<|im_start|>", "<|im_end|>", "user\n", "<|endoftext|>"])),
     max_size=6,
 ).map("".join)
+
 padded = st.tuples(blank, written, blank).map("".join)
 
 

@@ -7,6 +7,7 @@ from contextlib import ExitStack, closing
 from pathlib import Path
 
 import httpx
+import pytest
 
 from service.settings import Settings
 from tests.helpers import (
@@ -21,6 +22,8 @@ from tests.helpers import (
     stored_questions,
 )
 from tests.servers import instant_fake_vllm, isolated, service_process
+
+pytestmark = pytest.mark.slow  # service processes of several workers
 
 
 def worker_metrics(path: Path) -> str:
