@@ -1,4 +1,4 @@
-"""The replicas as this service process sees them: the shared configuration, health, load and clients.
+"""The replicas as this service process sees them: the shared configuration, health, load and probes.
 
 The configuration lives in Redis (seeded from deploy/backends.yaml or `backend.base_url`); each process
 re-reads its version every `config_poll_s`, so an operator's switch reaches every process within a
