@@ -78,6 +78,7 @@ async def open_services(settings: Settings, transport: Transport | None = None) 
         store,
         prompts,
         fleet,
+        replica_http,
         metrics,
         model=model,
         max_passages=routing.warmup_max_passages,

@@ -70,7 +70,7 @@ class Fleet:
         self.config = declared
         self.router = Router(settings.routing.policy, settings.routing.max_waiting)
         self.replicas: dict[str, ReplicaState] = {}
-        self.http = http  # the process's one way to its replicas: probes here, answers and warm-ups elsewhere
+        self._http = http
         self._listeners: list[ChangeListener] = []
         self._probed_listeners: list[ProbedListener] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -236,20 +236,22 @@ class Fleet:
         state = self.replicas.setdefault(url, ReplicaState(url))
         root = root_url(url)
         try:
-            health = await self.http.probe(f"{root}/health")
+            health = await self._http.probe(f"{root}/health")
             if not health.ok:
                 raise ValueError(f"/health answered {health.status}")
-            models = await self.http.probe(f"{url.rstrip('/')}/models")
+            models = await self._http.probe(f"{url.rstrip('/')}/models")
             if not models.ok:
                 raise ValueError(f"/v1/models answered {models.status}")
             served = [m["id"] for m in models.json()["data"]]
             name = self._served_name
             if name not in served:
                 raise ValueError(f"serves {served}, not {name}")
-            metrics = await self.http.probe(f"{root}/metrics")
-            state.figures = parse_vllm_metrics(metrics.text()) if metrics.ok else VllmFigures()
+            metrics = await self._http.probe(f"{root}/metrics")
             if metrics.ok:
-                state.run = started_at(metrics.text())
+                text = metrics.text()
+                state.figures, state.run = parse_vllm_metrics(text), started_at(text)
+            else:
+                state.figures = VllmFigures()
             state.healthy, state.error = True, None
         except (ReplicaError, ValueError, KeyError, TypeError) as exc:
             state.healthy, state.error = False, str(exc) or type(exc).__name__

@@ -160,7 +160,7 @@ class AiohttpTransport:
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
     ) -> Reply:
-        limits = aiohttp.ClientTimeout(sock_connect=timeout_s, sock_read=timeout_s) if timeout_s else None
+        limits = None if timeout_s is None else aiohttp.ClientTimeout(sock_connect=timeout_s, sock_read=timeout_s)
         response = await self._request(method, url, body, headers, limits)
         try:
             async with response:
@@ -223,14 +223,14 @@ class ReplicaHttp:
     completion for warming."""
 
     def __init__(self, transport: Transport, backend: BackendSettings, probe_timeout_s: float) -> None:
-        self.transport = transport
+        self._transport = transport
         self._answer_path = PATHS[backend.prompt_format]
         self._probe_timeout_s = probe_timeout_s
 
     async def open_answer(self, base_url: str, body: bytes, headers: Mapping[str, str] | None = None) -> OpenStream:
         """POST a question's prepared request to the replica's (chat) completions, with `headers` besides the
         transport's; its stream once the headers are in. An HTTP error is raised as `ReplicaAnswered`."""
-        stream = await self.transport.stream(base_url + self._answer_path, body, headers)
+        stream = await self._transport.stream(base_url + self._answer_path, body, headers)
         if stream.status >= 400:
             try:
                 message = error_message(await stream.read())
@@ -241,15 +241,15 @@ class ReplicaHttp:
 
     async def probe(self, url: str) -> Reply:
         """A GET within the probe timeout."""
-        return await self.transport.fetch("GET", url, timeout_s=self._probe_timeout_s)
+        return await self._transport.fetch("GET", url, timeout_s=self._probe_timeout_s)
 
     async def chat(self, base_url: str, request: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> Any:
         """A chat completion, not streamed: its parsed body. An HTTP error is raised as `ReplicaAnswered`."""
         url = base_url.rstrip("/") + PATHS["chat"]
-        reply = await self.transport.fetch("POST", url, body=orjson.dumps(request), headers=headers)
+        reply = await self._transport.fetch("POST", url, body=orjson.dumps(request), headers=headers)
         if not reply.ok:
             raise ReplicaAnswered(reply.status, error_message(reply.body))
         return reply.json()
 
     async def close(self) -> None:
-        await self.transport.close()
+        await self._transport.close()

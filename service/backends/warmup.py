@@ -28,7 +28,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from redis.exceptions import RedisError
 
 from service.backends.fleet import Fleet
-from service.backends.replica_http import ReplicaError
+from service.backends.replica_http import ReplicaError, ReplicaHttp
 from service.records import Passage
 from service.store import Store
 from service.tasks import stop_tasks
@@ -59,6 +59,7 @@ class Warmup:
         store: Store,
         prompts: PassagePrompts,
         fleet: Fleet,
+        http: ReplicaHttp,
         metrics: Metrics,
         *,
         model: str,
@@ -72,6 +73,7 @@ class Warmup:
         self._claim_s = claim_s
         self._prompts = prompts
         self._fleet = fleet
+        self._http = http
         self._metrics = metrics
         self._model = model
         self._max_passages = max_passages
@@ -103,7 +105,7 @@ class Warmup:
         for variant in variants:
             for url in self._fleet.plan_variant(variant, passage.id)[:1]:
                 try:
-                    await self._fleet.http.chat(
+                    await self._http.chat(
                         url,
                         {"model": self._model, "messages": messages, "max_tokens": 1},
                         # Through a router: the passage's session, so it lands where the class's questions will.
@@ -135,7 +137,7 @@ class Warmup:
         }
         began = time.perf_counter()
         outcomes = await asyncio.gather(
-            *(self._fleet.http.chat(url, request) for _ in range(self._burst)),
+            *(self._http.chat(url, request) for _ in range(self._burst)),
             return_exceptions=True,
         )
         took = time.perf_counter() - began
