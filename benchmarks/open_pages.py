@@ -25,8 +25,12 @@ an event loop that is not also reading the pages; before 2026-12-06 one loop did
    asked and when answered). After pages or feeds open or close, until the service is quiet, then one burst
    reported apart.
 
+With `--apart` the pupil pages are open on a second `classroom serve` process, as deploy/k8s/pages.yaml and the
+ingress run them, and the class asks (and the feeds read) the first.
+
     .venv/bin/python -m benchmarks.open_pages [--pages 1000 5000 10000] [--feeds 200] [--rounds 4] [--keepalive 10]
     .venv/bin/python -m benchmarks.open_pages --feeds-on burst   # into open-pages-one-class.json and .md
+    .venv/bin/python -m benchmarks.open_pages --apart       # into open-pages-apart.json and .md
     .venv/bin/python -m benchmarks.open_pages --quick       # smoke: small numbers, under a minute, nothing written
     .venv/bin/python -m benchmarks.open_pages --report      # open-pages.md again from the saved JSON
 
@@ -176,9 +180,9 @@ class PageHolder:
     here, times its answers on an event loop that is not also reading 10,000 sockets. Each call is a command
     over a pipe, answered once done."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self) -> None:
         self._conn, theirs = multiprocessing.Pipe()
-        self.process = multiprocessing.get_context("spawn").Process(target=hold, args=(theirs, port), daemon=True)
+        self.process = multiprocessing.get_context("spawn").Process(target=hold, args=(theirs,), daemon=True)
         self.process.start()
         self.pages = self.feeds = 0
 
@@ -191,9 +195,9 @@ class PageHolder:
         self.pages, self.feeds = answer["pages"], answer["feeds"]
         return answer
 
-    async def open(self, kind: str, requests: list[bytes], ready: bytes) -> dict[str, int]:
-        """Open `requests` as pages or feeds (`kind`); the ones that did not open, by why."""
-        failed: dict[str, int] = (await self._ask("open", kind, requests, ready))["failed"]
+    async def open(self, kind: str, port: int, requests: list[bytes], ready: bytes) -> dict[str, int]:
+        """Open `requests` to `port` as pages or feeds (`kind`); the ones that did not open, by why."""
+        failed: dict[str, int] = (await self._ask("open", kind, port, requests, ready))["failed"]
         return failed
 
     async def close(self, kind: str) -> None:
@@ -212,7 +216,7 @@ class PageHolder:
             self.process.kill()
 
 
-def hold(conn: "multiprocessing.connection.Connection", port: int) -> None:
+def hold(conn: "multiprocessing.connection.Connection") -> None:
     """The page holder's process: opens, closes and counts streams as `PageHolder` asks, until told to stop."""
     raise_open_files()
 
@@ -226,7 +230,7 @@ def hold(conn: "multiprocessing.connection.Connection", port: int) -> None:
                     stream.close()
                 return
             if command[0] == "open":
-                _, kind, requests, ready = command
+                _, kind, port, requests, ready = command
                 await open_streams(port, requests, ready, streams[kind], failed)
             elif command[0] == "close":
                 for stream in streams[command[1]]:
@@ -333,9 +337,12 @@ QUIET_CORES = 0.2  # the service is quiet below this much of a core over a secon
 
 @dataclass
 class Bench:
-    service: str
-    port: int
-    pid: int
+    service: str  # where the burst asks
+    # Where the pupil pages are open: `service`, or with --apart a process of their own (a classroom-pages pod's).
+    # The teachers' feeds are on `service` either way, as the ingress routes them (deploy/k8s/ingress.yaml).
+    pages_url: str
+    pid: int  # the process holding the pages
+    feeds_pid: int  # the one holding the feeds
     redis_url: str
     meter: Meter
     pages: list[bytes]  # every page's request, the most pages
@@ -349,7 +356,8 @@ class Bench:
             self.failed[why] = self.failed.get(why, 0) + count
 
     async def open_pages(self, count: int) -> None:
-        self._failed(await self.holder.open("pages", self.pages[self.holder.pages : count], b"data:"))
+        port = int(self.pages_url.rsplit(":", 1)[1])
+        self._failed(await self.holder.open("pages", port, self.pages[self.holder.pages : count], b"data:"))
 
     async def become(self, condition: str) -> dict[str, float]:
         """Open or close pages and feeds for `condition`, then until the service has let closed sockets go and
@@ -362,8 +370,9 @@ class Bench:
         if condition != "none" and not self.holder.pages:
             await self.open_pages(len(self.pages))
         if condition == "all" and not self.holder.feeds:
-            self._failed(await self.holder.open("feeds", self.feeds, b"\r\n\r\n"))
-        open_now = self.holder.pages + self.holder.feeds
+            port = int(self.service.rsplit(":", 1)[1])
+            self._failed(await self.holder.open("feeds", port, self.feeds, b"\r\n\r\n"))
+        open_now = self.holder.pages + (self.holder.feeds if self.feeds_pid == self.pid else 0)
         for _ in range(240):  # two minutes at most; the pool may have opened Redis connections meanwhile
             if proc_status(self.pid)["fds"] <= self.fds_none + open_now + 40:
                 break
@@ -426,7 +435,7 @@ async def burst(asker: Asker, classroom: Classroom, bench: Bench) -> dict[str, A
 async def measure(bench: Bench, asker: Asker, burst_class: Classroom, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"memory": []}
     await burst(asker, burst_class, bench)  # unmeasured: the first burst opens the pool's connections
-    out["redis_nothing_open"] = redis_connections(bench.redis_url) | await gauges(bench.service)
+    out["redis_nothing_open"] = redis_connections(bench.redis_url) | await gauges(bench.pages_url)
     before = await settled(bench.pid, args.settle)
     bench.fds_none = before["fds"]
     out["memory"].append({"pages": 0} | before)
@@ -444,8 +453,8 @@ async def measure(bench: Bench, asker: Asker, burst_class: Classroom, args: argp
     out["pages_lost_while_idle"] = (await bench.holder.counts())["lost"]
     print(f"  idle, {out['idle_pages']['pages']} pages: service {cpu_line(out['idle_pages'])}", flush=True)
     await bench.become("all")
-    out["feeds"] = {"feeds": bench.holder.feeds} | await settled(bench.pid, args.settle)
-    out["redis_all_open"] = redis_connections(bench.redis_url) | await gauges(bench.service)
+    out["feeds"] = {"feeds": bench.holder.feeds} | await settled(bench.feeds_pid, args.settle)
+    out["redis_all_open"] = redis_connections(bench.redis_url) | await gauges(bench.pages_url)
     print(f"  + {out['feeds']['feeds']} feeds: Redis {out['redis_all_open']}", flush=True)
     out["bursts"] = {condition: [] for condition in CONDITIONS}
     out["changes"] = []
@@ -470,7 +479,7 @@ async def measure(bench: Bench, asker: Asker, burst_class: Classroom, args: argp
                 out["bursts"][condition].append(row)
                 print(f"  burst, {condition}: {burst_line(row)}", flush=True)
                 await asyncio.sleep(args.pause)
-    out["redis_after_bursts"] = redis_connections(bench.redis_url) | await gauges(bench.service)
+    out["redis_after_bursts"] = redis_connections(bench.redis_url) | await gauges(bench.pages_url)
     out["redis_after_bursts"]["state"] = condition
     out["failed_to_open"] = bench.failed
     return out
@@ -514,11 +523,13 @@ def burst_line(row: dict[str, Any]) -> str:
     return (
         f"TTFT p50 {t['p50'] or float('nan'):.1f} p95 {t['p95'] or float('nan'):.1f} last {last:.1f} ms, "
         f"{sum(row['errors'].values())} errors, {row['feed_events']} feed events, "
-        f"service CPU {row['cpu_s']['service'] * 1000:.0f} ms"
+        f"service CPU {_asked(row['cpu_s']) * 1000:.0f} ms"
     )
 
 
-async def run_async(args: argparse.Namespace, service: str, pids: dict[str, int], redis_url: str, fake: str) -> Any:
+async def run_async(
+    args: argparse.Namespace, service: str, pages_url: str, pids: dict[str, int], redis_url: str, fake: str
+) -> Any:
     email = args.email
     prompts = Prompts.from_settings(Settings(model=ModelSettings(dir=MODEL_DIR)))
     maker = TextMaker(prompts.tokenizer)
@@ -528,16 +539,17 @@ async def run_async(args: argparse.Namespace, service: str, pids: dict[str, int]
     # One feed a class, as a district's teachers have them, or every feed on the burst class: the worst case.
     fed = [burst_class.id, *page_classes] if args.feeds_on == "spread" else [burst_class.id]
     print(f"  {len(cookies)} pupils joined in {time.perf_counter() - began:.0f} s", flush=True)
-    port = int(service.rsplit(":", 1)[1])
+    pages_port, port = int(pages_url.rsplit(":", 1)[1]), int(service.rsplit(":", 1)[1])
     teacher = teacher_cookie(service, email)
-    holder = PageHolder(port)
+    holder = PageHolder()
     bench = Bench(
         service,
-        port,
+        pages_url,
         pids["service"],
+        pids.get("asked", pids["service"]),
         redis_url,
         Meter(pids | {"pages": cast(int, holder.process.pid)}),
-        [get_request(port, "/api/pupil/events", c) for c in cookies],
+        [get_request(pages_port, "/api/pupil/events", c) for c in cookies],
         [get_request(port, f"/api/classrooms/{fed[f % len(fed)]}/events", teacher) for f in range(args.feeds)],
         holder,
     )
@@ -585,13 +597,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         asyncio.run(add_teacher(Settings(redis=RedisSettings(url=redis_url)), args.email, "B", PASSWORD))
         service, url = start_service(args.classroom, env, 1)
+        # With --apart the pages and feeds are held by a second process (a `classroom-pages` pod's), the
+        # questions asked of the first: "service" is always the one holding the pages, "asked" the one asked.
+        pages, pages_url = (
+            start_service(args.classroom, env | {"CLASSROOM_API__PORT": str(free_port())}, 1)
+            if (args.apart)
+            else (service, url)
+        )
         try:
-            pids = {"service": service.pid, "fake": fake.pid, "redis": redis.pid, "client": os.getpid()}
+            pids = {"service": pages.pid, "fake": fake.pid, "redis": redis.pid, "client": os.getpid()}
+            if args.apart:
+                pids["asked"] = service.pid
             print(f"service {url}, pid {service.pid}, open files {open_files_limit(service.pid)}", flush=True)
-            result = uvloop.run(run_async(args, url, pids, redis_url, fake_root))
-            service_limit = open_files_limit(service.pid)
+            if args.apart:
+                print(f"pages' service {pages_url}, pid {pages.pid}", flush=True)
+            result = uvloop.run(run_async(args, url, pages_url, pids, redis_url, fake_root))
+            service_limit = open_files_limit(pages.pid)
         finally:
             service.stop()
+            if args.apart:
+                pages.stop()
     finally:
         fake.stop()
         redis.stop()
@@ -615,6 +640,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "open_files_client": limit,
             "open_files_service": service_limit,
             "workers": 1,
+            "apart": args.apart,
         },
         **result,
     }
@@ -637,23 +663,37 @@ def _holder(cpu: dict[str, float]) -> float:
     return cpu["client"] - cpu["service"] - cpu["redis"] - cpu["fake"]
 
 
+def _asked(cpu: dict[str, float]) -> float:
+    """The CPU of the process the burst asked: with --apart not the one holding the pages."""
+    return cpu.get("asked", cpu["service"])
+
+
 def report(r: dict[str, Any]) -> str:
     s = r["settings"]
+    apart = s.get("apart", False)
     none = r["memory"][0]
     changed = r.get("service_changed")
+    processes = (
+        "Two `classroom serve` processes (1 worker each) on one Redis, as a `classroom` and a `classroom-pages` pod: "
+        'the pages and feeds open on one ("service" below: its memory, open files, keep-alives), the class asking '
+        "the other (its CPU a burst)"
+        if apart
+        else "One `classroom serve` process (1 worker)"
+    )
     lines = [
-        "# benchmarks/open_pages.py: open pages on one service process",
+        "# benchmarks/open_pages.py: open pages "
+        + ("on a process of their own, a class asking another" if apart else "on one service process"),
         "",
         f"{r['date']}, checkout {r['checkout']}{' with service/ changed: ' + ', '.join(changed) if changed else ''}, "
         f"{r['machine']['cpu']} ({r['machine']['cores']} cores), Python "
-        f"{r['machine']['python']}. One `classroom serve` process (1 worker) in front of the instant fake vLLM, Redis "
+        f"{r['machine']['python']}. {processes} in front of the instant fake vLLM, Redis "
         f"with fsync always; keep-alive every {s['keepalive_s']:g} s (`answer.keepalive_s`); open files "
         f"{s['open_files_client']} (client), {s['open_files_service']} (service: soft hard).",
         "",
         "    .venv/bin/python -m benchmarks.open_pages "
         f"--pages {' '.join(map(str, s['pages']))} --feeds {s['feeds']} --rounds {s['rounds']} "
         f"--bursts {s['bursts_a_round']} --keepalive {s['keepalive_s']:g} --window {s['window_s']:g} "
-        f"--idle-window {s.get('idle_window_s', 0):g}",
+        f"--idle-window {s.get('idle_window_s', 0):g}" + (" --apart" if apart else ""),
         "",
         "| open pupil pages | service VmRSS | RssAnon | since none | a page, from none | a page, since the row above "
         "| service's open files |",
@@ -679,11 +719,15 @@ def report(r: dict[str, Any]) -> str:
             f"{(row['VmRSS'] - none['VmRSS']) / row['pages']:.1f} KiB | – | {row['fds']:,} |"
         )
     feeds = r["feeds"]
-    lines.append(
-        f"| + {feeds['feeds']} teacher feeds | {feeds['VmRSS'] / 1024:.1f} MiB | {feeds['RssAnon'] / 1024:.1f} MiB | "
-        f"+{(feeds['VmRSS'] - none['VmRSS']) / 1024:.1f} MiB | – | "
-        f"{(feeds['VmRSS'] - previous['VmRSS']) / max(feeds['feeds'], 1):.1f} KiB a feed | {feeds['fds']:,} |"
-    )
+    if apart:  # the feeds are on the other process: its memory, not comparable with the rows above
+        lines.append(f"| + {feeds['feeds']} teacher feeds, on the process asked | – | – | – | – | – | – |")
+    else:
+        lines.append(
+            f"| + {feeds['feeds']} teacher feeds | {feeds['VmRSS'] / 1024:.1f} MiB | "
+            f"{feeds['RssAnon'] / 1024:.1f} MiB | "
+            f"+{(feeds['VmRSS'] - none['VmRSS']) / 1024:.1f} MiB | – | "
+            f"{(feeds['VmRSS'] - previous['VmRSS']) / max(feeds['feeds'], 1):.1f} KiB a feed | {feeds['fds']:,} |"
+        )
     idle_none, idle_pages = r["idle_none"], r["idle_pages"]
     extra = (
         idle_pages["cpu_s"]["service"] - idle_none["cpu_s"]["service"] * idle_pages["window_s"] / idle_none["window_s"]
@@ -744,13 +788,13 @@ def report(r: dict[str, Any]) -> str:
             f"| {label.format(pages=f'{s_pages:,}', feeds=s['feeds'], on=on)} | {len(rows)} | "
             f"{_med([b['ttft_ms']['p50'] for b in rows if b['ttft_ms']['p50']])} ms | **{_med(p95)} ms** | "
             f"{_med([b['last_first_token_ms'] for b in rows if b['last_first_token_ms']])} ms | "
-            f"{sum(sum(b['errors'].values()) for b in rows)} | {_med([b['cpu_s']['service'] * 1000 for b in rows])} ms "
+            f"{sum(sum(b['errors'].values()) for b in rows)} | {_med([_asked(b['cpu_s']) * 1000 for b in rows])} ms "
             f"| {_med([float(b['feed_events']) for b in rows])} | "
             f"{_med([b['loop_late'].get('0.01', 0.0) for b in rows])} | {_med([b['load_1m'] for b in rows])} |"
         )
     per_page = (r["memory"][-1]["VmRSS"] - none["VmRSS"]) / max(r["memory"][-1]["pages"], 1) * 1.024
     ratio = p95s["all"] / p95s["none"] if p95s["none"] else float("nan")
-    cpu = {c: median([b["cpu_s"]["service"] for b in r["bursts"][c]] or [float("nan")]) for c in CONDITIONS}
+    cpu = {c: median([_asked(b["cpu_s"]) for b in r["bursts"][c]] or [float("nan")]) for c in CONDITIONS}
     events = median([b["feed_events"] for b in r["bursts"]["all"]] or [0]) or float("nan")
     per_event = (cpu["all"] - cpu["pages"]) / events * 1e6
     lines += [
@@ -767,7 +811,7 @@ def report(r: dict[str, Any]) -> str:
             f"{_med([c['quiet_after_s'] for c in done])} s | "
             f"{_med([b['ttft_ms']['p95'] for b in firsts if b['ttft_ms']['p95']])} ms | "
             f"{_med([b['last_first_token_ms'] for b in firsts if b['last_first_token_ms']])} ms | "
-            f"{_med([b['cpu_s']['service'] * 1000 for b in firsts])} ms |"
+            f"{_med([_asked(b['cpu_s']) * 1000 for b in firsts])} ms |"
         )
     lines += [
         "",
@@ -784,7 +828,7 @@ def report(r: dict[str, Any]) -> str:
             else " (medians; too few events to time one: `--feeds-on burst` does)."
         ),
         "",
-        FINDINGS,
+        APART_FINDINGS if apart else FINDINGS,
         "",
         NOTES.format(
             keepalive=s["keepalive_s"],
@@ -835,6 +879,14 @@ page is two sockets, one in the service's process. The 60 s idle windows are one
 with the rounds; the service's own timers (the loop-lag watcher every 50 ms, probes) are in all of them."""
 
 
+APART_FINDINGS = """Why apart: on one process (open-pages.md) a class's burst beside 10,000 pages and 200 feeds was
+1.25-1.63x slower at p95 with the pages held out of the client, so the slowdown was the service's own (its CPU a
+burst 85 -> 150 ms). Here the same pages and feeds are open on a second process, as deploy/k8s/pages.yaml runs
+them (deploy/k8s/ingress.yaml sends `GET /api/pupil/events` to the `classroom-pages` pods; the teachers' feeds,
+a class's one or two, stay with the questions, as here), and the class asks the first. The two processes still share
+these 2 cores with the client, the page holder, the fake and Redis, as pods on separate nodes would not. The Redis
+table's subscribers are the pages' process's."""
+
 FINDINGS = """What changed since the run before this one (ada48b5, on an AMD EPYC: a page 70.5 KiB, a keep-alive 83
 µs, 10,000 pages opened in 21 s, the burst's p95 2.22× beside the pages and 3.81× beside pages and feeds, 14 µs a
 feed event, 1.3 s for the first burst after the pages closed), each found with tracemalloc in a wrapper of
@@ -871,9 +923,12 @@ interval) did not change the burst (pages alone 1.31×, against 0.98-1.51× in t
 Since 2026-12-06 the pages are held by a process of their own, not by the loop that times the burst: the slowdown
 stayed (pages alone 1.63×, pages and feeds 1.25×, on an AMD EPYC where the burst alone is slower), so it is the
 service's: its CPU a burst went from 85 to 150 ms with the pages open, about 65 ms of it the keep-alives of the
-measured 1.1 s (1,000 a second at 59 µs on this machine). The rest of the way to 1.1×: the pages in
-processes apart from the questions' (a `classroom-pages` Deployment behind the ingress, by path), so that a burst never
-shares its event loop and its CPU caches with 10,000 open streams."""
+measured 1.1 s (1,000 a second at 59 µs on this machine). Rerun on 2026-12-07 (this table; a noisier day, the burst
+alone 97 against 74 ms): 1.56× beside the pages, 1.44× beside pages and feeds, the service's CPU a burst 90 -> 285 ms.
+So the pages now go to processes of their own: deploy/k8s/pages.yaml runs the same pods as `classroom-pages`, and
+deploy/k8s/ingress.yaml sends `GET /api/pupil/events` there. `--apart` measures that shape on this machine, the same
+day, right before this run (open-pages-apart.md): 1.03× beside the pages, 0.93× beside pages and feeds (the feeds on
+the process asked, as the ingress routes them)."""
 
 
 def main() -> None:
@@ -904,9 +959,14 @@ def main() -> None:
         default="spread",
         help="one feed a class (spread), or every feed on the burst's class (burst)",
     )
+    parser.add_argument(
+        "--apart",
+        action="store_true",
+        help="the pages and feeds on a second service process, as a classroom-pages pod's (into open-pages-apart.*)",
+    )
     parser.add_argument("--report", action="store_true", help="the .md again from the saved JSON, nothing run")
     args = parser.parse_args()
-    name = RESULT_NAMES[args.feeds_on]
+    name = RESULT_NAMES[args.feeds_on] + ("-apart" if args.apart else "")
     RESULTS, REPORT = RESULTS_DIR / f"{name}.json", RESULTS_DIR / f"{name}.md"
     if args.report:
         table = report(json.loads(RESULTS.read_text()))

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel
 
 from service.api.health import PROBE_TIMEOUT_S
+from service.api.question_lane import NOTICES
 from service.local.vllm_server.flags import serve_env, serve_flags
 from service.local.vllm_server.venv import GPU_PACKAGES
 from service.model_manifest import read_manifest
@@ -283,7 +284,7 @@ def test_kubernetes_manifests_fit_together(vllm_env_file: Path) -> None:
     app = service_container()
     assert app["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert app["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    (hpa,) = by_kind("HorizontalPodAutoscaler").values()
+    hpa = by_kind("HorizontalPodAutoscaler")["classroom"]
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "classroom"}
     # Redis: a StatefulSet whose claimed volume holds the append-only file.
     redis = statefulsets["redis"]
@@ -351,7 +352,9 @@ def test_updates_and_evictions_keep_classes_answered() -> None:
         for workload, doc in workloads.items():
             if selects(pdb["spec"]["selector"]["matchLabels"], doc):
                 guarded.setdefault(workload, []).append(name)
-    assert {w: len(p) for w, p in guarded.items()} == dict.fromkeys(["classroom", *VLLM_STATEFULSETS], 1)
+    assert {w: len(p) for w, p in guarded.items()} == dict.fromkeys(
+        ["classroom", "classroom-pages", *VLLM_STATEFULSETS], 1
+    )
     # Readiness: a Redis blip of under 10 s takes no service pod out of rotation, and a probe outwaits the
     # service's own wait for Redis; liveness does not ask Redis at all.
     app = service_container()
@@ -359,6 +362,31 @@ def test_updates_and_evictions_keep_classes_answered() -> None:
     assert (ready["failureThreshold"] - 1) * ready.get("periodSeconds", 10) >= 10
     assert ready["timeoutSeconds"] > PROBE_TIMEOUT_S
     assert app["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_open_pupil_pages_go_to_pods_of_their_own_and_everything_else_to_the_service() -> None:
+    deployments, services = by_kind("Deployment"), by_kind("Service")
+    service, pages = deployments["classroom"], deployments["classroom-pages"]
+    # The same pods but for their component: any pod answers any request, whichever way it comes.
+    assert json.dumps(pages["spec"]).replace('"pages"', '"service"') == json.dumps(service["spec"])
+    assert pages["metadata"]["labels"] | {"app.kubernetes.io/component": "service"} == service["metadata"]["labels"]
+    # Scaled, guarded and scraped as the service is, each by its own object.
+    hpa = by_kind("HorizontalPodAutoscaler")["classroom-pages"]
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "classroom-pages" and hpa["spec"]["minReplicas"] >= 2
+    headless = services["classroom-pages-pods"]
+    assert headless["spec"]["clusterIP"] == "None" and selects(headless["spec"]["selector"], pages)
+    assert not selects(services["classroom"]["spec"]["selector"], pages)
+    # The ingress: a pupil's open page (the path pupil.js opens) to the pages' pods, every other path to the service.
+    (ingress,) = by_kind("Ingress").values()
+    (rule,) = ingress["spec"]["rules"]
+    routes = {(p["path"], p["pathType"]): p["backend"]["service"] for p in rule["http"]["paths"]}
+    assert routes == {
+        ("/api/pupil/events", "Exact"): {"name": "classroom-pages", "port": {"name": "http"}},
+        ("/", "Prefix"): {"name": "classroom", "port": {"name": "http"}},
+    }
+    assert selects(services["classroom-pages"]["spec"]["selector"], pages)
+    assert "/api/pupil/events" in (ROOT / "frontend" / "static" / "pupil.js").read_text()
+    assert NOTICES == "/api/pupil/events"  # the path the service sends past FastAPI's routing (question_lane.py)
 
 
 def test_the_service_runs_as_production_with_the_operator_token_from_a_secret() -> None:
@@ -378,7 +406,7 @@ def test_the_service_runs_as_production_with_the_operator_token_from_a_secret() 
 
 
 def test_the_autoscaler_scales_on_the_answers_in_flight(tmp_path: Path) -> None:
-    (hpa,) = by_kind("HorizontalPodAutoscaler").values()
+    hpa = by_kind("HorizontalPodAutoscaler")["classroom"]
     external = [m["external"] for m in hpa["spec"]["metrics"] if m["type"] == "External"]
     assert [(m["metric"]["name"], m["target"]["type"]) for m in external] == [(ANSWERS_IN_FLIGHT, "AverageValue")]
     # prometheus-adapter serves it from Prometheus, keyed by namespace, which the scrape config gives each series.
@@ -417,13 +445,13 @@ def test_an_apply_that_changes_nothing_restarts_nothing(tmp_path: Path) -> None:
     for name in VLLM_STATEFULSETS:
         (container,) = after[name]["spec"]["containers"]
         assert container["envFrom"] == [{"configMapRef": {"name": generated("vllm-env", changed)["metadata"]["name"]}}]
-    # A changed backends file rolls the service's pods only.
+    # A changed backends file rolls the service's pods (both Deployments of them) only.
     folder = k8s_folder(tmp_path / "backends", vllm_env=env_text)
     (folder / "backends.yaml").write_text(
         (folder / "backends.yaml").read_text().replace("active: original", "active: fp8")
     )
     after = pod_templates(kustomize(folder))
-    assert {n for n in before if before[n] != after[n]} == {"classroom"}
+    assert {n for n in before if before[n] != after[n]} == {"classroom", "classroom-pages"}
 
 
 # --- Prometheus and Grafana ----------------------------------------------------------------------------
