@@ -63,7 +63,8 @@ FIGURES: list[tuple[str, str, str, Figure]] = [
     ("burst of 30: last pupil's first token, 1st / 2nd burst", "{:.0f}", " ms", lambda m: tuple(
         b["last_first_token_ms"] or NAN for b in m["burst"])),
     ("bursts: the service's loop timers late by over 5 / 20 ms", "{:.0f}", "", lambda m: tuple(
-        sum(b["loop_late"][le] for b in m["burst"]) if all("loop_late" in b for b in m["burst"]) else NAN
+        # A service without the loop-lag histogram (before 6c44d1e) has no figure here, not 0.
+        sum(b["loop_late"][le] for b in m["burst"]) if all(le in b.get("loop_late", {}) for b in m["burst"]) else NAN
         for le in ("0.005", "0.02"))),
     ("errors through the service, all phases", "{:.0f}", "", lambda m: (_errors(m),)),
 ]  # fmt: skip
