@@ -48,3 +48,7 @@ class Draining:
 
     def release(self, stream: anyio.CancelScope) -> None:
         self._streams.discard(stream)
+
+    def __len__(self) -> int:
+        """The endless streams open now: pupils' open pages and teachers' live feeds."""
+        return len(self._streams)

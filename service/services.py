@@ -30,7 +30,7 @@ from service.records import BackendConfig
 from service.settings import Settings
 from service.store import RateLimit, Store, connect, open_connections
 from service.telemetry.loop_lag import LoopLag
-from service.telemetry.prometheus import AnswersInFlight, Metrics, ReplicaHealthCollector, Subscribers
+from service.telemetry.prometheus import AnswersInFlight, Metrics, OpenPages, ReplicaHealthCollector, Subscribers
 from service.telemetry.scrape import Scrape
 
 
@@ -110,6 +110,8 @@ async def open_services(settings: Settings, transport: Transport | None = None) 
     answers = LiveAnswers(store, settings.answer.writer_lease_s)
     registry.register(AnswersInFlight(answers))
     registry.register(Subscribers(store.subscriptions))
+    draining = Draining()
+    registry.register(OpenPages(draining))
     loop_lag = LoopLag(metrics.loop_lag, settings.api.loop_lag_interval_s)
     api = settings.api
     collector = QuietCollector(answers, check_s=api.gc_check_s, least_s=api.gc_least_s, most_s=api.gc_most_s)
@@ -161,7 +163,7 @@ async def open_services(settings: Settings, transport: Transport | None = None) 
             scrape=scrape,
             answering=answering,
             notices=notices,
-            draining=Draining(),
+            draining=draining,
             archive=archive,
             model=read_manifest(settings.model.dir),
             served_name=model,

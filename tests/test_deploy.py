@@ -391,6 +391,8 @@ def test_open_pupil_pages_go_to_pods_of_their_own_and_everything_else_to_the_ser
 
 def test_the_service_runs_as_production_with_the_operator_token_from_a_secret() -> None:
     env = {e["name"]: e for e in service_container()["env"]}
+    # One process a pod, whatever the node's cores: the autoscaler adds pods, and the memory limit holds one.
+    assert env["CLASSROOM_API__WORKERS"]["value"] == "1"
     assert env["CLASSROOM_ENVIRONMENT"]["value"] == "production"
     assert env["CLASSROOM_AUTH__SECURE_COOKIES"]["value"] == "true"
     secret = env["CLASSROOM_AUTH__OPERATOR_TOKEN"]["valueFrom"]["secretKeyRef"]
@@ -405,17 +407,21 @@ def test_the_service_runs_as_production_with_the_operator_token_from_a_secret() 
     assert "*" not in proxies and [ipaddress.ip_network(p.strip()) for p in proxies.split(",")]
 
 
-def test_the_autoscaler_scales_on_the_answers_in_flight(tmp_path: Path) -> None:
-    hpa = by_kind("HorizontalPodAutoscaler")["classroom"]
+@pytest.mark.parametrize(
+    ("deployment", "metric"), [("classroom", ANSWERS_IN_FLIGHT), ("classroom-pages", "classroom_open_pages")]
+)
+def test_the_autoscalers_scale_on_what_the_pods_carry(deployment: str, metric: str, tmp_path: Path) -> None:
+    # The service's pods on the answers they stream, the open pages' pods on the pages they hold.
+    hpa = by_kind("HorizontalPodAutoscaler")[deployment]
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment}
     external = [m["external"] for m in hpa["spec"]["metrics"] if m["type"] == "External"]
-    assert [(m["metric"]["name"], m["target"]["type"]) for m in external] == [(ANSWERS_IN_FLIGHT, "AverageValue")]
+    assert [(m["metric"]["name"], m["target"]["type"]) for m in external] == [(metric, "AverageValue")]
     # prometheus-adapter serves it from Prometheus, keyed by namespace, which the scrape config gives each series.
-    (rule,) = yaml.safe_load((DEPLOY / "prometheus" / "adapter.yaml").read_text())["externalRules"]
-    assert ANSWERS_IN_FLIGHT in rule["seriesQuery"] and rule["resources"]["overrides"] == {
-        "namespace": {"resource": "namespace"}
-    }
+    rules = yaml.safe_load((DEPLOY / "prometheus" / "adapter.yaml").read_text())["externalRules"]
+    (rule,) = [r for r in rules if re.match(rf"{metric}\{{", r["seriesQuery"])]
+    assert rule["resources"]["overrides"] == {"namespace": {"resource": "namespace"}}
     matchers = 'namespace="classroom"'
-    exprs = [rule["seriesQuery"], rule["metricsQuery"].replace("<<.Series>>", ANSWERS_IN_FLIGHT)]
+    exprs = [rule["seriesQuery"], rule["metricsQuery"].replace("<<.Series>>", metric)]
     exprs = [e.replace("<<.LabelMatchers>>", matchers).replace("<<.GroupBy>>", "namespace") for e in exprs]
     parsed = run(tool("promtool"), "check", "rules", str(promql_rules(exprs, tmp_path / "adapter.yml")))
     assert parsed.returncode == 0, parsed.stdout + parsed.stderr

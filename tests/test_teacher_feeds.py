@@ -35,11 +35,15 @@ def connections_of(settings: Settings) -> tuple[int, int]:
         redis.close()
 
 
-def subscribers(url: str) -> float:
+def gauge(url: str, name: str) -> float:
     for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
-        if line.startswith("classroom_subscribers "):
+        if line.startswith(f"{name} "):
             return float(line.split()[1])
-    raise AssertionError("no classroom_subscribers in /metrics")
+    raise AssertionError(f"no {name} in /metrics")
+
+
+def subscribers(url: str) -> float:
+    return gauge(url, "classroom_subscribers")
 
 
 async def open_feeds(url: str, cookies: httpx.Cookies, classroom_id: str, ask: "asyncio.Future[None]") -> list[str]:
@@ -73,6 +77,7 @@ def test_two_hundred_teacher_pages_share_one_redis_connection_and_all_hear_the_q
         add_passage(teacher, classroom["id"], passage_text(100))
         connections_before, listening_before = connections_of(own)  # the pool's warm connections
         subscribers_before = subscribers(running.url)
+        assert gauge(running.url, "classroom_open_pages") == 0
         assert listening_before == 1  # the process's own listeners (class changes, Stops, turns) share one
 
         async def scenario() -> list[str]:
@@ -87,6 +92,8 @@ def test_two_hundred_teacher_pages_share_one_redis_connection_and_all_hear_the_q
             # pages opened at once (each reads the teacher's session and the class), never past its size.
             assert listening == 1, "the pages share the process's one pub/sub connection"
             assert connections <= own.redis.max_connections, (connections_before, connections)
+            # The open pages' pods scale on this gauge (deploy/k8s/pages.yaml).
+            assert await asyncio.to_thread(gauge, running.url, "classroom_open_pages") == FEEDS
             with closing(joined_pupil(running.url, classroom["join_code"], "Ada")) as ada:
                 response = await asyncio.to_thread(ask_json, ada, classroom["id"], "Who is in the story?")
             assert response.status_code == 200, response.text
@@ -97,3 +104,4 @@ def test_two_hundred_teacher_pages_share_one_redis_connection_and_all_hear_the_q
         assert len(heard) == FEEDS and all("Who is in the story?" in line for line in heard)
         # Pages gone, their subscriptions go: the count comes back to the process's own listeners.
         eventually(lambda: subscribers(running.url) == subscribers_before, "the pages' subscriptions ended", 30)
+        eventually(lambda: gauge(running.url, "classroom_open_pages") == 0, "the open pages counted gone", 30)

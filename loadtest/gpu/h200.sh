@@ -52,8 +52,8 @@
 #                                               tarball in $OUT (~7 min; python -m loadtest.service_path reads it)
 #   classroom loadtest compare .../h200-2026-12-03-decision/{original,fp8}-*-r2.json.gz --gpu-price 3.50 ...
 #
-# A class's burst after the service's own levers (issue 25; results in results/h100-2026-12-06-burst/, the
-# card the run got; the folder is named after it):
+# A class's burst after the service's own levers (issue 25; results in results/h100-2026-12-06-burst/ and
+# h100-2026-12-07-burst/: the folder is named after the card the run got and the day):
 # after `bash loadtest/gpu/stage.sh` here and its pieces sent (recv.sh each, then setup.sh), two more:
 #   bash loadtest/gpu/h200.sh burst-prepare  the 1.5B stand-in served twice at once: port 8000 with
 #                                            --api-server-count 4 (0.4 of the GPU), the service's backend;
@@ -81,7 +81,7 @@ export PYTHONPATH=$PWD:$PYTHONPATH CLASSROOM_MODEL__DIR=/tmp/models/original
 M=/tmp/models
 R=${OUT:-/tmp/out}/gpu-h200
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'h100|h200' | tr '[:upper:]' '[:lower:]' || true)
-case $1 in burst-*) R=${OUT:-/tmp/out}/${card:-gpu}-2026-12-06-burst ;; real-*) R=${OUT:-/tmp/out}/h200-real-smollm2 ;; decision-*) R=${OUT:-/tmp/out}/h200-2026-12-03-decision ;; service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
+case $1 in burst-*) R=${OUT:-/tmp/out}/${card:-gpu}-$(date +%F)-burst ;; real-*) R=${OUT:-/tmp/out}/h200-real-smollm2 ;; decision-*) R=${OUT:-/tmp/out}/h200-2026-12-03-decision ;; service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
 mkdir -p "$R"
 
 # The service's settings on the GPU machine: answers of 128 tokens, no rate limit in the way of a burst.

@@ -203,6 +203,22 @@ class AnswersInFlight(Collector):
         )
 
 
+class OpenPages(Collector):
+    """`classroom_open_pages`: the endless streams this process holds open now (pupils' pages, teachers' feeds),
+    counted at scrape time and added up over the workers: what the open pages' pods scale on
+    (deploy/k8s/pages.yaml), since an idle page costs memory (~15 KiB) and hardly any CPU."""
+
+    def __init__(self, pages: Sized) -> None:
+        self._pages = pages
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "classroom_open_pages",
+            "Open pages (pupils' class notices, teachers' live feeds) this service process streams to now.",
+            value=len(self._pages),
+        )
+
+
 class SubscriptionCounts(Protocol):
     @property
     def subscribers(self) -> int: ...
