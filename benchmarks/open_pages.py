@@ -675,8 +675,8 @@ def report(r: dict[str, Any]) -> str:
     changed = r.get("service_changed")
     processes = (
         "Two `classroom serve` processes (1 worker each) on one Redis, as a `classroom` and a `classroom-pages` pod: "
-        'the pages and feeds open on one ("service" below: its memory, open files, keep-alives), the class asking '
-        "the other (its CPU a burst)"
+        'the pupil pages open on one ("service" below: its memory, open files, keep-alives), the class asking '
+        "the other (its CPU a burst), where the teachers' feeds are open too"
         if apart
         else "One `classroom serve` process (1 worker)"
     )
@@ -881,7 +881,7 @@ with the rounds; the service's own timers (the loop-lag watcher every 50 ms, pro
 
 APART_FINDINGS = """Why apart: on one process (open-pages.md) a class's burst beside 10,000 pages and 200 feeds was
 1.25-1.63x slower at p95 with the pages held out of the client, so the slowdown was the service's own (its CPU a
-burst 85 -> 150 ms). Here the same pages and feeds are open on a second process, as deploy/k8s/pages.yaml runs
+burst 85 -> 150 ms). Here the same pupil pages are open on a second process, as deploy/k8s/pages.yaml runs
 them (deploy/k8s/ingress.yaml sends `GET /api/pupil/events` to the `classroom-pages` pods; the teachers' feeds,
 a class's one or two, stay with the questions, as here), and the class asks the first. The two processes still share
 these 2 cores with the client, the page holder, the fake and Redis, as pods on separate nodes would not. The Redis
@@ -962,7 +962,7 @@ def main() -> None:
     parser.add_argument(
         "--apart",
         action="store_true",
-        help="the pages and feeds on a second service process, as a classroom-pages pod's (into open-pages-apart.*)",
+        help="the pupil pages on a second service process, as a classroom-pages pod's (into open-pages-apart.*)",
     )
     parser.add_argument("--report", action="store_true", help="the .md again from the saved JSON, nothing run")
     args = parser.parse_args()
