@@ -30,7 +30,7 @@ from service.records import BackendConfig
 from service.settings import Settings
 from service.store import RateLimit, Store, connect, open_connections
 from service.telemetry.loop_lag import LoopLag
-from service.telemetry.prometheus import AnswersInFlight, Metrics, OpenPages, ReplicaHealthCollector, Subscribers
+from service.telemetry.prometheus import Count, Metrics, ReplicaHealthCollector, Subscribers
 from service.telemetry.scrape import Scrape
 
 
@@ -108,10 +108,10 @@ async def open_services(settings: Settings, transport: Transport | None = None) 
     classes = ClassCache(store, prompts)
     notices = ClassNotices(store, classes)
     answers = LiveAnswers(store, settings.answer.writer_lease_s)
-    registry.register(AnswersInFlight(answers))
+    registry.register(Count.answers_in_flight(answers))
     registry.register(Subscribers(store.subscriptions))
     draining = Draining()
-    registry.register(OpenPages(draining))
+    registry.register(Count.open_pages(draining))
     loop_lag = LoopLag(metrics.loop_lag, settings.api.loop_lag_interval_s)
     api = settings.api
     collector = QuietCollector(answers, check_s=api.gc_check_s, least_s=api.gc_least_s, most_s=api.gc_most_s)

@@ -189,33 +189,29 @@ class ReplicaHealthCollector(Collector):
         yield up
 
 
-class AnswersInFlight(Collector):
-    """`classroom_answers_in_flight`: the answers this process writes now (streaming, or waiting for their turn),
-    counted at scrape time and added up over the workers like the counters: what a pod's autoscaler scales on
-    (deploy/k8s/service.yaml), since open streams, not CPU, are what a pod of this gateway carries."""
+class Count(Collector):
+    """A gauge of how many `items` this process holds, counted at scrape time and added up over the workers like
+    the counters: what the autoscalers scale on, since open streams, not CPU, are what a pod of this gateway
+    carries. `answers_in_flight` (the answers it writes now, streaming or waiting their turn: the service's pods,
+    deploy/k8s/service.yaml) and `open_pages` (its endless streams, pupils' pages and teachers' feeds, ~15 KiB and
+    hardly any CPU each: the open pages' pods, deploy/k8s/pages.yaml) are the two."""
 
-    def __init__(self, answers: Sized) -> None:
-        self._answers = answers
-
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        yield GaugeMetricFamily(
-            "classroom_answers_in_flight", "Answers this service process is writing now.", value=len(self._answers)
-        )
-
-
-class OpenPages(Collector):
-    """`classroom_open_pages`: the endless streams this process holds open now (pupils' pages, teachers' feeds),
-    counted at scrape time and added up over the workers: what the open pages' pods scale on
-    (deploy/k8s/pages.yaml), since an idle page costs memory (~15 KiB) and hardly any CPU."""
-
-    def __init__(self, pages: Sized) -> None:
-        self._pages = pages
+    def __init__(self, name: str, documentation: str, items: Sized) -> None:
+        self._name, self._documentation, self._items = name, documentation, items
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        yield GaugeMetricFamily(
+        yield GaugeMetricFamily(self._name, self._documentation, value=len(self._items))
+
+    @classmethod
+    def answers_in_flight(cls, answers: Sized) -> "Count":
+        return cls("classroom_answers_in_flight", "Answers this service process is writing now.", answers)
+
+    @classmethod
+    def open_pages(cls, pages: Sized) -> "Count":
+        return cls(
             "classroom_open_pages",
             "Open pages (pupils' class notices, teachers' live feeds) this service process streams to now.",
-            value=len(self._pages),
+            pages,
         )
 
 
