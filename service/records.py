@@ -140,6 +140,17 @@ class Canary(BaseModel):
     percent: int = Field(ge=0, le=100)
 
 
+class WarmupBurst(BaseModel):
+    """How a replica's last warm-up burst went (service/backends/warmup.py), for the operator's console."""
+
+    at: datetime = Field(default_factory=utcnow)
+    requests: int
+    failed: int = Field(description="requests still without an answer after every attempt")
+    retried: int = Field(description="requests sent again: a connection that did not open, an answer that never came")
+    took_s: float
+    error: str | None = Field(default=None, description="the first failure, in the replica's or the connection's words")
+
+
 class BackendConfig(BaseModel):
     version: int = 0
     active: str

@@ -91,6 +91,8 @@ async def open_services(settings: Settings, transport: Transport | None = None) 
         # process's probes while it is up; a round of probes lasts up to three timeouts. Twice the longest
         # gap between them: one down for longer than that (a restart takes minutes) is new when it is back.
         burst_claim_s=2 * (routing.probe_interval_s + 3 * routing.probe_timeout_s),
+        burst_connect_timeout_s=routing.warmup_connect_timeout_s,
+        burst_attempts=routing.warmup_attempts,
     )
     if settings.routing.warmup:
         fleet.on_change(warmup.fleet_changed)

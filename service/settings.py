@@ -162,6 +162,10 @@ class RoutingSettings(BaseModel):
     # read what it found. Should it die, its lease lapses after `prober_lease_s` and another process takes over.
     probe_interval_s: float = 2.0
     probe_timeout_s: float = 1.0
+    # Rounds in a row a replica that was up may leave a probe unanswered within the timeout before it is taken out
+    # (a busy host or a late event loop is slow, not down: one miss made every question a false 503). One that
+    # refuses the connection or answers an error is out at once.
+    probe_misses: int = Field(default=3, ge=1)
     prober_lease_s: float = 6.0
     # How often each process re-reads the shared configuration: a switch reaches all within a second.
     config_poll_s: float = 0.5
@@ -175,6 +179,11 @@ class RoutingSettings(BaseModel):
     # batches (5.8-9 s on an H200), and a class-sized batch pays that here, not the first class of the
     # day. 0: none. Part of warm-up: `warmup: false` turns it off too.
     warmup_burst: int = Field(default=32, ge=0)
+    # Nobody waits on a burst: its requests may take this long to connect (a replica's API server on a busy host
+    # accepts 32 connections slowly; a pupil's question keeps `backend.connect_timeout_s`), and one that could
+    # not connect, or whose answer never came, is sent again, up to this many attempts in all, a moment apart.
+    warmup_connect_timeout_s: float = Field(default=10.0, gt=0)
+    warmup_attempts: int = Field(default=3, ge=1)
 
 
 class AnswerSettings(BaseModel):

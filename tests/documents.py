@@ -159,6 +159,21 @@ def pdf_empty_pages(pages: int = 10_000) -> bytes:
     return pdf_pages([["Bees."]] + [[] for _ in range(pages - 1)])
 
 
+def pdf_counting_pages(declared: int) -> bytes:
+    """A page tree that says it holds `declared` pages and whose only kid is itself: counting by walking it fails."""
+    return _pdf(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [2 0 R] /Count %d >>" % declared,
+        ]
+    )
+
+
+def pdf_understating(pages: int) -> bytes:
+    """`pages` pages of text whose page tree says it holds one."""
+    return pdf_pages([[f"Page {n}."] for n in range(pages)]).replace(b"/Count %d >>" % pages, b"/Count 1 >>")
+
+
 def pdf_stream_bomb(mib: int = 500) -> bytes:
     """One page whose content stream inflates from about 0.5 MB to `mib` MiB of text operators."""
     ops = b"(Bees carry pollen.) Tj T* " * (mib * 1024 * 1024 // 27)

@@ -117,6 +117,7 @@ class FakeRequest:
     body: bytes | None
     headers: dict[str, str]
     timeout_s: float | None
+    connect_timeout_s: float | None = None
 
 
 class FakeTransportScripted:
@@ -139,8 +140,9 @@ class FakeTransportScripted:
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
+        connect_timeout_s: float | None = None,
     ) -> Reply:
-        self.requests.append(FakeRequest(method, url, body, dict(headers or {}), timeout_s))
+        self.requests.append(FakeRequest(method, url, body, dict(headers or {}), timeout_s, connect_timeout_s))
         if url.endswith("/models"):
             return Reply(200, json.dumps({"object": "list", "data": [{"id": self.model}]}).encode())
         if url.endswith("/chat/completions"):

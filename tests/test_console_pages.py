@@ -86,6 +86,9 @@ def test_the_operator_console_with_the_keyboard(
     page.get_by_label("Operator token").fill(settings.auth.operator_token.get_secret_value())
     page.keyboard.press("Enter")
     expect(page.locator("#backend-status")).to_contain_text("Active: original")
+    # The session's vLLM got its warm-up burst when the first service process saw it up.
+    replica = page.locator("#replicas tr").filter(has_text=settings.backend.base_url)
+    expect(replica).to_contain_text(re.compile(r"healthy.*warmed in \d+\.\d s"))
     expect(forget).to_be_visible()
     expect(page.get_by_role("alert").filter(has_text=WRONG_TOKEN)).to_have_count(0)
 

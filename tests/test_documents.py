@@ -113,6 +113,17 @@ def test_a_pdf_with_too_many_pages_says_how_many_and_what_to_do() -> None:
     assert raised.value.message.startswith("This PDF has 51 pages") and "at most 50 are read" in raised.value.message
 
 
+def test_a_pdfs_page_count_is_read_from_its_page_tree_before_any_page() -> None:
+    # 10,000 pages took a slow machine's reader past its time walking the tree; the count needs no walk at all.
+    with pytest.raises(TooManyPages) as raised:
+        read("huge.pdf", documents.pdf_counting_pages(10_000))
+    assert raised.value.message.startswith("This PDF has 10,000 pages")
+    # A count that understates is no way past the limit: the pages are still counted one by one.
+    with pytest.raises(TooManyPages) as raised:
+        read("liar.pdf", documents.pdf_understating(60))
+    assert raised.value.message.startswith("This PDF has 60 pages")
+
+
 def reader(**settings: float) -> DocumentReader:
     return DocumentReader(DocumentSettings(**settings), max_chars=20_000)
 

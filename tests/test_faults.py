@@ -90,5 +90,3 @@ def test_a_replica_killed_mid_answer_tells_each_pupil_keeps_what_was_said_and_th
         finally:
             for pupil in pupils:
                 pupil.close()
-            if second_vllm.process is None:
-                second_vllm.start()  # for the tests after this one

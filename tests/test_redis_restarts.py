@@ -15,7 +15,7 @@ import pytest
 
 from service.settings import RedisSettings, Settings
 from tests.figures import report
-from tests.helpers import ask_json, error_of, stored_questions
+from tests.helpers import ask_json, error_of, eventually, stored_questions
 from tests.restarts import (
     ANSWER,
     LONGEST_S,
@@ -107,7 +107,11 @@ class Outage:
     readyz: httpx.Response
     again: httpx.Response  # the pupil asking once Redis is back
     school: Class
-    stuck: dict[str, Any] | None  # the streamed question's record, LONGEST_S after Redis came back
+    stuck: dict[str, Any] | None  # the streamed question's record, once it is no longer answering
+
+
+def stored(school: Class, question_id: str) -> dict[str, Any] | None:
+    return next((q for q in stored_questions(school.teacher, school.id) if q["id"] == question_id), None)
 
 
 @pytest.fixture(scope="module")
@@ -133,11 +137,15 @@ def outage(vllm_settings: Settings) -> Iterator[Outage]:
             after = snapshot(school)
             again = ask_json(school.pupils["Ben"], school.id, "Ben asks once Redis is back?")
             streamed = asker.streams[0]
-            time.sleep(LONGEST_S)
             stuck = None
-            if streamed.question_id is not None:
-                records = {q["id"]: q for q in stored_questions(school.teacher, school.id)}
-                stuck = records.get(streamed.question_id)
+            if (question_id := streamed.question_id) is not None:
+                # Its writer stores it as it ends, at the latest once the answer's longest time is up.
+                stuck = eventually(
+                    lambda: stored(school, question_id),
+                    "the streamed question was no longer answering",
+                    timeout_s=3 * LONGEST_S,
+                    until=lambda record: record is not None and record["status"] != "answering",
+                )
             yield Outage(before, after, streamed, asked, asked_s, listed, listed_s, readyz, again, school, stuck)
 
 

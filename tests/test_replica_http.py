@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from service.backends.fleet import Fleet
-from service.backends.replica_http import ReplicaAnswered, ReplicaHttp, ReplicaNotAnswering, Reply
+from service.backends.replica_http import ReplicaAnswered, ReplicaHttp, ReplicaNotAnswering, ReplicaRefused, Reply
 from service.records import BackendConfig
 from service.settings import BackendSettings, Settings
 from service.store import open_store
@@ -30,9 +30,10 @@ def test_a_replicas_error_is_raised_with_its_own_words_and_the_connection_kept()
 
 
 class SickReplica(FakeTransportScripted):
-    """A fake transport whose replica answers /health with `health`, or does not answer it at all."""
+    """A fake transport whose replica answers /health with `health`, does not answer it at all (None), or refuses
+    the connection ("refused")."""
 
-    def __init__(self, health: int | None, model: str) -> None:
+    def __init__(self, health: int | None | str, model: str) -> None:
         super().__init__(model=model)
         self.health = health
 
@@ -41,8 +42,40 @@ class SickReplica(FakeTransportScripted):
             self.requests.append(FakeRequest(method, url, None, {}, None))
             if self.health is None:
                 raise ReplicaNotAnswering("no answer within the read timeout")
+            if self.health == "refused":
+                raise ReplicaRefused("Cannot connect to host replica:8000")
+            assert isinstance(self.health, int)
             return Reply(self.health, b"")
         return await super().fetch(method, url, **options)  # type: ignore[arg-type]
+
+
+def test_a_replica_that_was_up_stays_up_through_slow_probes_until_it_misses_several_in_a_row(
+    settings: Settings, redis_url: str
+) -> None:
+    """A probe left unanswered in time is most often a busy host or a late loop: one miss took every question of the
+    replica to a 503. Refusing the connection is down at once."""
+
+    async def rounds() -> list[tuple[bool, int]]:
+        replica = SickReplica(200, settings.served_name())
+        http = ReplicaHttp(replica, settings.backend, settings.routing.probe_timeout_s)
+        seen = []
+        async with open_store(own_database_url(redis_url)) as store:
+            fleet = Fleet(store, settings, BackendConfig.single(REPLICA), http)
+            for health in (200, None, None, 200, None, None, None, 200, "refused"):
+                replica.health = health
+                await fleet.probe_all()
+                state = fleet.replicas[REPLICA]
+                seen.append((state.healthy, state.missed))
+        return seen
+
+    assert settings.routing.probe_misses == 3
+    assert asyncio.run(rounds()) == [
+        (True, 0), (True, 1), (True, 2),  # two misses: still up
+        (True, 0),  # an answer starts the count again
+        (True, 1), (True, 2), (False, 3),  # the third in a row: down
+        (True, 0),
+        (False, 0),  # refused: down at once
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -6,14 +6,17 @@ import asyncio
 import logging
 import time
 import uuid
+from contextlib import closing
 
 import httpx
 import pytest
+import redis
 
 from service.app import create_app
 from service.backends.vllm_metrics import sum_samples
+from service.records import WarmupBurst
 from service.settings import RoutingSettings, Settings
-from service.store import open_store
+from service.store import Keys, open_store
 from tests.figures import report
 from tests.helpers import eventually, warmup_burst_requests
 from tests.servers import ServerThread, Vllm, isolated
@@ -48,6 +51,13 @@ def quiet(vllm: Vllm) -> None:
     eventually(idle, "the replica was idle")
 
 
+def burst_outcome(settings: Settings, url: str) -> WarmupBurst | None:
+    """How the replica's last burst went, as the service keeps it for the operator's console."""
+    with closing(redis.Redis.from_url(settings.redis.url)) as client:
+        raw = client.hget(Keys.burst_outcomes(), url)
+    return None if raw is None else WarmupBurst.model_validate_json(raw)
+
+
 def burst_lines(caplog: pytest.LogCaptureFixture, url: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"warm-up burst on {url}:")]
 
@@ -65,7 +75,11 @@ def test_a_replica_gets_one_burst_however_many_service_processes_see_it_up(
     began = time.monotonic()
     # Two service processes on one Redis start together, each probing the replica and finding it up.
     with ServerThread(create_app(own)) as first, ServerThread(create_app(own)) as second:
-        eventually(lambda: answered(vllm) - before >= size, "the burst was answered", timeout_s=120)
+        # Done when its outcome is kept for the console: a burst that failed says why at once.
+        outcome = eventually(lambda: burst_outcome(own, vllm.base_url), "the burst was done", timeout_s=300)
+        assert outcome is not None
+        assert outcome.failed == 0, f"{outcome.failed} of {size} burst requests failed: {outcome.error}"
+        eventually(lambda: answered(vllm) - before >= size, "vLLM counted the burst")
         report(
             "warm-up burst of 32 on vLLM-CPU, from the service's start until answered (s)",
             round(time.monotonic() - began, 1),

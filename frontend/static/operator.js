@@ -46,8 +46,15 @@ function showBackends(b) {
       return el("tr", {}, el("td", { text: r.variants.join(", ") }), el("td", { text: r.url }),
         el("td", { className: r.healthy ? "up" : "down", text: r.healthy ? "healthy" : `down: ${r.error}` }),
         el("td", { text: `${v.running}` }), el("td", { text: `${v.waiting}` }),
-        el("td", { text: ratio(v.kv_cache_usage) }), el("td", { text: hits }));
+        el("td", { text: ratio(v.kv_cache_usage) }), el("td", { text: hits }), warmupCell(r.warmup));
     }));
+}
+
+// How a replica's last warm-up burst went: a failed one leaves the replica cold for its first class.
+function warmupCell(w) {
+  if (!w) return el("td", { text: "–" });
+  if (!w.failed) return el("td", { className: "up", text: `warmed in ${w.took_s.toFixed(1)} s` });
+  return el("td", { className: "down", text: `${w.failed} of ${w.requests} failed: ${w.error}` });
 }
 
 // Colours of the variants' lines, in order; style.css gives the legends' swatches the same (.swatch-N).

@@ -17,8 +17,9 @@ from service.api.schemas import JSON_BODY, STORE, WRITE, errors
 from service.backends.fleet import Fleet
 from service.backends.vllm_metrics import VllmFigures
 from service.classroom import aggregates, figures
-from service.records import BackendConfig, Canary, QuestionRecord, Variant
-from service.store import MemoryUsage
+from service.records import BackendConfig, Canary, QuestionRecord, Variant, WarmupBurst
+from service.services import Services
+from service.store import MemoryUsage, Store
 
 # Without the operator's token, every route here answers 403.
 router = APIRouter(prefix="/api/operator", tags=["operator"], route_class=ApiRoute, responses=errors(403, *STORE))
@@ -39,6 +40,7 @@ class ReplicaOut(BaseModel):
     error: str | None
     checked_at: float
     vllm: VllmFigures
+    warmup: WarmupBurst | None = Field(description="how its last warm-up burst went; none yet if null")
 
 
 class BackendsOut(BaseModel):
@@ -77,10 +79,12 @@ class ClassroomRouting(BaseModel):
     questions: list[QuestionRecord] = Field(description="newest first")
 
 
-def _backends(fleet: Fleet) -> BackendsOut:
+async def _backends(fleet: Fleet, store: Store) -> BackendsOut:
     config = fleet.config
+    urls = config.replica_urls()
+    bursts = await store.burst_outcomes(urls)
     replicas = []
-    for url in config.replica_urls():
+    for url in urls:
         state = fleet.replicas.get(url)
         variants = [name for name, v in config.variants.items() if url in v.replicas]
         replicas.append(
@@ -91,14 +95,15 @@ def _backends(fleet: Fleet) -> BackendsOut:
                 error=state.error if state else "not probed yet",
                 checked_at=state.checked_at if state else 0.0,
                 vllm=state.figures if state else VllmFigures(),
+                warmup=bursts.get(url),
             )
         )
     return BackendsOut(config=config, replicas=replicas)
 
 
-async def _change(fleet: Fleet, change: Callable[[BackendConfig], BackendConfig]) -> BackendsOut:
-    await fleet.update(change)
-    return _backends(fleet)
+async def _change(services: Services, change: Callable[[BackendConfig], BackendConfig]) -> BackendsOut:
+    await services.fleet.update(change)
+    return await _backends(services.fleet, services.store)
 
 
 @router.get("/status")
@@ -110,35 +115,35 @@ async def status(_: OperatorAuth, services: ServicesDep) -> Status:
 @router.get("/backends")
 async def backends(_: OperatorAuth, services: ServicesDep) -> BackendsOut:
     """The variants, the active one and the canary, and each replica's health and vLLM figures."""
-    return _backends(services.fleet)
+    return await _backends(services.fleet, services.store)
 
 
 @router.put("/backends/active", responses=errors(*JSON_BODY))
 async def switch(body: ChooseVariant, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
     """New questions go to this variant; answers already streaming finish where they started."""
-    return await _change(services.fleet, lambda config: config.with_active(body.variant))
+    return await _change(services, lambda config: config.with_active(body.variant))
 
 
 @router.put("/backends/canary", responses=errors(*JSON_BODY))
 async def set_canary(body: Canary, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
     """Send this share of pupils (by a hash of their id: each stays on one variant) to another variant."""
-    return await _change(services.fleet, lambda config: config.with_canary(body))
+    return await _change(services, lambda config: config.with_canary(body))
 
 
 @router.delete("/backends/canary", responses=errors(*WRITE))
 async def end_canary(_: OperatorAuth, services: ServicesDep) -> BackendsOut:
-    return await _change(services.fleet, lambda config: config.with_canary(None))
+    return await _change(services, lambda config: config.with_canary(None))
 
 
 @router.put("/backends/variants/{name}", responses=errors(*JSON_BODY))
 async def put_variant(name: str, body: Variant, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
     """Declare a variant or change its replicas (add one to scale out, remove one to drain it)."""
-    return await _change(services.fleet, lambda config: config.with_variant(name, body))
+    return await _change(services, lambda config: config.with_variant(name, body))
 
 
 @router.delete("/backends/variants/{name}", responses=errors(*WRITE, 422))
 async def delete_variant(name: str, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
-    return await _change(services.fleet, lambda config: config.without_variant(name))
+    return await _change(services, lambda config: config.without_variant(name))
 
 
 @router.get("/stats", responses=errors(422))

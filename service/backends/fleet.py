@@ -3,8 +3,9 @@
 The configuration lives in Redis (seeded from deploy/backends.yaml or `backend.base_url`); each process
 re-reads its version every `config_poll_s`, so an operator's switch reaches every process within a
 second. Each replica is probed every `probe_interval_s`: `/health` and `/v1/models` (it serves our
-model), and `/metrics` for its queue and cache figures. A replica that fails either probe, or refuses
-a connection, gets no new questions until a probe passes again. Streams already running keep their
+model), and `/metrics` for its queue and cache figures. A replica that fails either probe, refuses a
+connection, or misses `probe_misses` rounds in a row (no answer in time), gets no new questions until a probe
+passes again. Streams already running keep their
 own connection, so no switch and no config change cuts one.
 
 One process probes for all (forty processes probing each replica every 2 s would send it twenty probes a
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 from redis.exceptions import RedisError
 
-from service.backends.replica_http import ReplicaError, ReplicaHttp
+from service.backends.replica_http import ReplicaError, ReplicaHttp, ReplicaNotAnswering
 from service.backends.routing import Router, gateway_headers
 from service.backends.vllm_metrics import VllmFigures, parse_vllm_metrics, started_at
 from service.records import BackendConfig
@@ -50,6 +51,8 @@ class ReplicaState:
     # Which run of the replica answered the probes (its start time, where its /metrics says): a restart
     # changes it. Kept when a probe cannot read /metrics.
     run: str = ""
+    # Rounds of probes in a row it did not answer in time (`routing.probe_misses`).
+    missed: int = 0
 
 
 class SharedProbes(BaseModel):
@@ -252,9 +255,18 @@ class Fleet:
                 state.figures, state.run = parse_vllm_metrics(text), started_at(text)
             else:
                 state.figures = VllmFigures()
-            state.healthy, state.error = True, None
+            state.healthy, state.error, state.missed = True, None, 0
+        except ReplicaNotAnswering as exc:
+            # Slow is not gone: most often a busy host, or this process's own loop running late. A replica that
+            # was up stays up until it misses `probe_misses` rounds in a row (questions that find it slow try the
+            # next); one that refuses the connection, or answers wrongly, is down at once.
+            state.missed += 1
+            if not state.healthy or state.missed >= self._settings.routing.probe_misses:
+                state.healthy, state.error = False, str(exc) or type(exc).__name__
+            else:
+                log.warning("replica %s missed a probe (%d in a row): %s", url, state.missed, exc)
         except (ReplicaError, ValueError, KeyError, TypeError) as exc:
-            state.healthy, state.error = False, str(exc) or type(exc).__name__
+            state.healthy, state.error, state.missed = False, str(exc) or type(exc).__name__, 0
         state.checked_at = time.time()
 
 

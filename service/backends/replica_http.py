@@ -99,8 +99,10 @@ class Transport(Protocol):
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
+        connect_timeout_s: float | None = None,
     ) -> Reply:
-        """One request and its whole response; `timeout_s` for connecting and for each read, else the transport's."""
+        """One request and its whole response; `timeout_s` for connecting and for each read, else the transport's;
+        `connect_timeout_s` for connecting alone (reads keep theirs)."""
         ...
 
     async def stream(self, url: str, body: bytes, headers: Mapping[str, str] | None = None) -> OpenStream:
@@ -135,6 +137,7 @@ class AiohttpTransport:
     binds to it)."""
 
     def __init__(self, backend: BackendSettings) -> None:
+        self._read_timeout_s = backend.read_timeout_s
         self._session = aiohttp.ClientSession(
             # No limit of our own: vLLM queues what it cannot run yet, and counts it (`num_requests_waiting`).
             # Idle connections are dropped before vLLM's uvicorn drops them (after 5 s), so that a question
@@ -159,8 +162,12 @@ class AiohttpTransport:
         body: bytes | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
+        connect_timeout_s: float | None = None,
     ) -> Reply:
-        limits = None if timeout_s is None else aiohttp.ClientTimeout(sock_connect=timeout_s, sock_read=timeout_s)
+        limits = None
+        if timeout_s is not None or connect_timeout_s is not None:
+            read_s = timeout_s if timeout_s is not None else self._read_timeout_s
+            limits = aiohttp.ClientTimeout(sock_connect=connect_timeout_s or timeout_s, sock_read=read_s)
         response = await self._request(method, url, body, headers, limits)
         try:
             async with response:
@@ -243,10 +250,20 @@ class ReplicaHttp:
         """A GET within the probe timeout."""
         return await self._transport.fetch("GET", url, timeout_s=self._probe_timeout_s)
 
-    async def chat(self, base_url: str, request: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> Any:
-        """A chat completion, not streamed: its parsed body. An HTTP error is raised as `ReplicaAnswered`."""
+    async def chat(
+        self,
+        base_url: str,
+        request: Mapping[str, Any],
+        headers: Mapping[str, str] | None = None,
+        *,
+        connect_timeout_s: float | None = None,
+    ) -> Any:
+        """A chat completion, not streamed: its parsed body. An HTTP error is raised as `ReplicaAnswered`.
+        `connect_timeout_s`: in place of the backend's (a pupil's bound), for a request nobody waits on."""
         url = base_url.rstrip("/") + PATHS["chat"]
-        reply = await self._transport.fetch("POST", url, body=orjson.dumps(request), headers=headers)
+        reply = await self._transport.fetch(
+            "POST", url, body=orjson.dumps(request), headers=headers, connect_timeout_s=connect_timeout_s
+        )
         if not reply.ok:
             raise ReplicaAnswered(reply.status, error_message(reply.body))
         return reply.json()

@@ -20,6 +20,7 @@ failed a while does not make it new, a restart does.
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Coroutine
 from typing import Any, Protocol
@@ -28,8 +29,8 @@ from openai.types.chat import ChatCompletionMessageParam
 from redis.exceptions import RedisError
 
 from service.backends.fleet import Fleet
-from service.backends.replica_http import ReplicaError, ReplicaHttp
-from service.records import Passage
+from service.backends.replica_http import ReplicaError, ReplicaHttp, ReplicaNotAnswering, ReplicaRefused
+from service.records import Passage, WarmupBurst
 from service.store import Store
 from service.tasks import stop_tasks
 from service.telemetry.prometheus import Metrics
@@ -48,6 +49,8 @@ class PassagePrompts(Protocol):
 # `ignore_eos`), so that the sampler runs several steps on the whole batch.
 BURST_MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Say hello."}]
 BURST_MAX_TOKENS = 8
+# Seconds between a burst request's attempts, times the attempt's number (jittered).
+RETRY_S = 1.0
 # How long a run of a replica stays claimed after any process last saw it up: a day, longer than any outage
 # of the probes that ends with the same run still serving.
 RUN_CLAIM_S = 86400.0
@@ -68,6 +71,8 @@ class Warmup:
         burst: int,
         burst_temperature: float,
         burst_claim_s: float,
+        burst_connect_timeout_s: float,
+        burst_attempts: int,
     ) -> None:
         self._store = store
         self._claim_s = claim_s
@@ -80,6 +85,8 @@ class Warmup:
         self._burst = burst
         self._burst_temperature = burst_temperature
         self._burst_claim_s = burst_claim_s
+        self._burst_connect_timeout_s = burst_connect_timeout_s
+        self._burst_attempts = burst_attempts
         self._claiming = False
         self._closed = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -126,8 +133,9 @@ class Warmup:
         self._claiming = True
         self._spawn(self._claim_and_burst(healthy))
 
-    async def burst(self, url: str) -> float:
-        """`warmup_burst` requests at once to one replica; returns the seconds until all were answered."""
+    async def burst(self, url: str) -> WarmupBurst:
+        """`warmup_burst` requests at once to one replica, each sent again (up to `attempts` in all) if it could not
+        connect or its answer never came; how it went is logged, counted and kept for the operator's console."""
         request = {
             "model": self._model,
             "messages": BURST_MESSAGES,
@@ -136,31 +144,61 @@ class Warmup:
             "ignore_eos": True,
         }
         began = time.perf_counter()
-        outcomes = await asyncio.gather(
-            *(self._http.chat(url, request) for _ in range(self._burst)),
-            return_exceptions=True,
-        )
+        outcomes = await asyncio.gather(*(self._burst_request(url, request) for _ in range(self._burst)))
         took = time.perf_counter() - began
-        failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        failed = [error for error, _ in outcomes if error is not None]
+        outcome = WarmupBurst(
+            requests=self._burst,
+            failed=len(failed),
+            retried=sum(retries for _, retries in outcomes),
+            took_s=round(took, 3),
+            error=str(failed[0]) if failed else None,
+        )
         if failed:
+            self._metrics.warmup_burst_failed.labels(url).inc()
             log.warning(
-                "warm-up burst on %s: %d of %d requests failed in %.1f s (first: %s)",
+                "warm-up burst on %s: %d of %d requests failed in %.1f s, %d sent again (first: %s); the replica's "
+                "first class may pay what the burst would have",
                 url,
-                len(failed),
-                self._burst,
+                outcome.failed,
+                outcome.requests,
                 took,
-                failed[0],
+                outcome.retried,
+                outcome.error,
             )
         else:
             self._metrics.warmup_burst.labels(url).observe(took)
             log.info(
-                "warm-up burst on %s: %d requests at once answered in %.1f s (a first burst of several seconds "
-                "on a new GPU replica is its sampler compiling kernels, paid here instead of by the first class)",
+                "warm-up burst on %s: %d requests at once answered in %.1f s, %d sent again (a first burst of "
+                "several seconds on a new GPU replica is its sampler compiling kernels, paid here instead of by "
+                "the first class)",
                 url,
-                self._burst,
+                outcome.requests,
                 took,
+                outcome.retried,
             )
-        return took
+        try:
+            await self._store.set_burst_outcome(url, outcome)
+        except RedisError as exc:  # the log and the metric have it
+            log.warning("could not keep the warm-up burst's outcome on %s: %s", url, exc)
+        return outcome
+
+    async def _burst_request(self, url: str, request: dict[str, Any]) -> tuple[ReplicaError | None, int]:
+        """One request of a burst: (the last failure if every attempt failed, else None; how many were sent again)."""
+        failure: ReplicaError | None = None
+        for attempt in range(self._burst_attempts):
+            if attempt:
+                # Apart and jittered, so the retries of a burst do not all knock again at once.
+                await asyncio.sleep(RETRY_S * attempt * (0.5 + random.random()))
+            try:
+                await self._http.chat(url, request, connect_timeout_s=self._burst_connect_timeout_s)
+            except (ReplicaRefused, ReplicaNotAnswering) as exc:
+                failure = exc
+                continue
+            except ReplicaError as exc:  # the replica answered with an error: sending it again would too
+                return exc, attempt
+            return None, attempt
+        return failure, self._burst_attempts - 1
 
     async def close(self) -> None:
         self._closed = True  # the prober runs on a moment longer: a burst claimed now would never be sent

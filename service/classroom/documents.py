@@ -21,6 +21,7 @@ from typing import IO, NamedTuple
 from lxml import etree
 from pypdf import PdfReader
 from pypdf.errors import PyPdfError
+from pypdf.generic import DictionaryObject
 
 from service.errors import DocumentTooComplex, TooManyPages, UnreadableFile
 
@@ -179,6 +180,14 @@ def _docx(data: bytes, limits: ReadingLimits) -> Document:
 def _pdf(data: bytes, limits: ReadingLimits) -> Document:
     try:
         reader = PdfReader(io.BytesIO(data))
+        # The page tree's own count first: one number, however many pages, so that a file of thousands is refused
+        # with its page count on any machine. Walking the tree to count (`len(reader.pages)`) takes seconds for
+        # 10,000 pages, and a slow reader ran out of its time before it could say how many. A file whose count
+        # lies is still counted by the walk, within the reader's time.
+        tree = reader.root_object["/Pages"].get_object()
+        declared = tree.get("/Count") if isinstance(tree, DictionaryObject) else None
+        if isinstance(declared, int) and declared > limits.max_pages:
+            raise TooManyPages(declared, limits.max_pages)
         pages = len(reader.pages)
         if pages > limits.max_pages:
             raise TooManyPages(pages, limits.max_pages)

@@ -8,7 +8,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
 from service.errors import InvalidInput
-from service.records import BackendConfig
+from service.records import BackendConfig, WarmupBurst
 from service.store.base import StoreBase, text
 from service.store.keys import Keys
 from service.store.scripts import HOLD_LEASE, RELEASE_LEASE
@@ -101,3 +101,13 @@ class BackendStore(StoreBase):
                 batch.pexpire(key, ms)
             replies = await batch.execute()
         return [name for name, claimed in zip(names, replies[::2], strict=True) if claimed]
+
+    async def set_burst_outcome(self, replica: str, outcome: WarmupBurst) -> None:
+        await self.redis.hset(Keys.burst_outcomes(), replica, outcome.model_dump_json())
+
+    async def burst_outcomes(self, replicas: list[str]) -> dict[str, WarmupBurst]:
+        """How the last burst on each of `replicas` went, for those that had one."""
+        if not replicas:
+            return {}
+        raw = await self.redis.hmget(Keys.burst_outcomes(), replicas)
+        return {url: WarmupBurst.model_validate_json(r) for url, r in zip(replicas, raw, strict=True) if r is not None}

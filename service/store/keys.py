@@ -47,6 +47,7 @@ Keys:
     passage:{id}:warmed                   replica URLs where the passage was last sent ahead of pupils
     warmup:fleet:{digest}                 set, briefly, by the process that re-warms for one state of the fleet
     warmup:burst:{digest}                 set, for one run of a replica: the process that set it sends its warm-up burst
+    warmup:bursts                         hash: replica URL -> WarmupBurst, how its last burst went (the console's)
     fleet:prober                          the id of the one service process that probes the replicas, expiring (a lease)
     fleet:probes                          SharedProbes: what its last round of probes found, for every process
     turns:{replica}:running               sorted set of the question ids running on a replica, by when their turn lapses
@@ -203,6 +204,10 @@ class Keys:
     @staticmethod
     def warmed(passage_id: str) -> str:
         return f"passage:{passage_id}:warmed"
+
+    @staticmethod
+    def burst_outcomes() -> str:
+        return "warmup:bursts"
 
     @staticmethod
     def fleet_warmup(fleet_state: str) -> str:

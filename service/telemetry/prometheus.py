@@ -138,6 +138,13 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.warmup_burst_failed = Counter(
+            "classroom_warmup_burst_failed",
+            "Warm-up bursts of which some requests went unanswered after every attempt: the replica may still be "
+            "cold for its first class (the operator console says why).",
+            ["replica"],
+            registry=registry,
+        )
 
     def _child(self, metric: M, classroom_id: str, *labels: str) -> M:
         self.classrooms.used(classroom_id, metric, labels)
