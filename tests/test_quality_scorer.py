@@ -11,12 +11,16 @@ from tokenizers import Tokenizer
 
 from loadtest.quality.lmeval import comprehension_docs, write_tasks
 from loadtest.quality.rubric import Scorer, load_labelled, load_rubrics, readable
+from loadtest.quality.scorer_check import check, load_adversarial
+from tests.figures import report
 
 KINDS = {"one_sentence", "explain", "what_if", "word_meaning", "not_in_passage"}
-# The issue's goal is 90%; the keyword-and-grounding scorer reaches 88.0% over all 300 labelled answers (its rules
-# set on the even half: 90.7% there, 85.3% on the odd half it never saw). What it misses is one invented detail
-# beside a right idea ("they also eat snow"), which no keyword can see. This holds it where it is.
-ACCURACY_FLOOR = 0.87
+# What the scorer reaches, on the passages its rules were tuned on and on the held-out ones it never saw
+# (`classroom loadtest quality scorer` prints the table): these hold it there. The goals are higher (issue 40:
+# kappa >= 0.8 held out, and at most 1 in 20 wrong answers passed or right ones failed on the adversarial set).
+LABELLED_HELD_OUT_KAPPA = 0.78
+ADVERSARIAL_WRONG_PASSED = {"tuning": 36, "held_out": 31}  # of 90 each
+ADVERSARIAL_RIGHT_FAILED = {"tuning": 18, "held_out": 27}  # of 60 each
 
 
 def test_the_set_is_a_school_s() -> None:
@@ -38,23 +42,56 @@ def test_the_set_is_a_school_s() -> None:
 
 def test_the_scorer_gives_the_teacher_s_verdict_on_labelled_answers() -> None:
     rubrics, labelled = load_rubrics(), load_labelled()
-    scorer = Scorer(rubrics)
     assert {"right", "wrong", "misconception", "off_topic", "empty", "not_told"} <= {a.label for a in labelled.answers}
     assert any(a.source != "written" for a in labelled.answers)  # the real model's own answers are among them
-    agree: Counter[str] = Counter()
-    seen: Counter[str] = Counter()
-    wrong = []
-    for item in labelled.answers:
-        passage, question = rubrics.find(item.title, item.question)
-        verdict = scorer.score(passage, question, item.answer).passed
-        seen[item.label] += 1
-        if verdict == item.teacher_passes:
-            agree[item.label] += 1
-        else:
-            wrong.append(f"{item.label}: {item.question} -> {item.answer[:80]!r}")
-    accuracy = sum(agree.values()) / sum(seen.values())
-    table = ", ".join(f"{label} {agree[label]}/{n}" for label, n in sorted(seen.items()))
-    assert accuracy >= ACCURACY_FLOOR, f"{accuracy:.1%} ({table}); disagreements:\n" + "\n".join(wrong)
+    parts = check(rubrics)["labelled"]
+    for part, figures in parts.items():
+        report(f"scorer against the labels, {part} passages", figures.model_dump(exclude={"by_kind"}))
+    held_out = parts["held_out"]
+    assert held_out.kappa is not None and held_out.kappa >= LABELLED_HELD_OUT_KAPPA, held_out
+    assert held_out.agreement > held_out.always_fail + 0.1, held_out  # well above failing everything
+
+
+def test_answers_written_to_fool_a_keyword_scorer_are_held_where_they_are() -> None:
+    """The adversarial set (loadtest/quality/adversarial.json): negated ideas, wrong numbers, invented details,
+    copied sentences, half answers, contradictions, misconceptions; and right answers, plain and in a pupil's own
+    words. Each part no worse than measured; both parts are split by passage like the labels."""
+    written = load_adversarial()
+    assert len(written.answers) >= 100
+    rubrics = load_rubrics()
+    assert set(written.held_out) == {p.title for p in rubrics.passages if p.part == "held_out"}
+    for part, figures in check(rubrics)["adversarial"].items():
+        report(f"scorer on the adversarial answers, {part} passages", figures.model_dump())
+        assert figures.wrong_passed <= ADVERSARIAL_WRONG_PASSED[part], figures
+        assert figures.right_failed <= ADVERSARIAL_RIGHT_FAILED[part], figures
+
+
+BEES = "The honeybee"
+
+
+@pytest.mark.parametrize(
+    ("question", "answer", "passes"),
+    [
+        ("Why do bees visit flowers?", "They go to flowers to collect nectar, which they turn into honey.", True),
+        ("Why do bees visit flowers?", "They don't collect nectar there, and they never make honey from it.", False),
+        ("Why do bees visit flowers?", "To collect nectar, which does not stay nectar: they turn it into honey.", True),
+        ("Why do bees visit flowers?", "To collect nectar.", False),  # half of a two-idea answer
+        ("Why do bees visit flowers?", "They collect nectar for eleven days and turn it into honey.", False),
+        ("Why do bees visit flowers?", "Every autumn they collect nectar and turn it into honey.", False),
+        ("How long does a worker bee live?", "The passage does not say.", True),
+        ("How long does a worker bee live?", "The passage does not say, but about six weeks.", False),
+        ("What would happen to an apple orchard if there were no bees?",
+         "The blossoms would not be pollinated, so there would be fewer apples.", True),
+    ],
+)  # fmt: skip
+def test_negation_quantities_and_half_answers(question: str, answer: str, passes: bool) -> None:
+    """Each failure class held with an answer written for it here: a negated idea earns nothing and fails the
+    answer, a figure or season the passage does not give fails it, a half answer fails; what-if answers keep the
+    negations their ideas are made of."""
+    rubrics = load_rubrics()
+    passage, q = rubrics.find(BEES, question)
+    score = Scorer(rubrics).score(passage, q, answer)
+    assert score.passed is passes, score
 
 
 def test_an_empty_or_unreadable_answer_earns_nothing() -> None:

@@ -277,3 +277,17 @@ def rescore_command(
             + f"); repeat a sentence {sum(repeats_itself(s.answer) for s in scores)}; "
             f"words p50 {words[len(words) // 2]}; sampling {saved.sampling}"
         )
+
+
+@quality_app.command("scorer")
+def scorer_command() -> None:
+    """How far the rule scorer agrees with a teacher: the labelled and the adversarial answers, on the passages its
+    rules were tuned on and on the held-out ones (agreement beside always-fail, Cohen's kappa, wrong answers passed,
+    right ones failed)."""
+    from loadtest.quality.scorer_check import check, table
+
+    results = check()
+    typer.echo(table(results))
+    for name, parts in results.items():
+        for part, figures in parts.items():
+            typer.echo(f"{name}, {part}, agreed by kind: " + ", ".join(f"{k} {v}" for k, v in figures.by_kind.items()))

@@ -82,11 +82,38 @@ def wanders(answer: str, source: str, least: float) -> bool:
 
 
 _FIGURE = re.compile(r"\d+(?:[.,]\d+)*")
+# Words that state a quantity, a date or a time: an answer that gives one the passage does not is wrong however
+# right its ideas ("for a day and a half", "every autumn", "three weeks"). Number words are read as their digits.
+_NUMBER_WORDS = {
+    word: str(value)
+    for value, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+        "seventeen eighteen nineteen twenty".split()
+    )
+} | {"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80", "ninety": "90"}
+_QUANTITY_WORDS = frozenset(
+    """hundred thousand million billion half halves quarter dozen twice double triple third fourth
+    fifth sixth seventh eighth ninth tenth spring summer autumn winter january february march april may june july
+    august september october november december monday tuesday wednesday thursday friday saturday sunday
+    minute hour day week month year decade century morning evening noon midnight centimetre metre kilometre
+    mile inch gram kilogram tonne litre degree percent""".split()
+)
+
+
+def _quantities(text: str) -> set[str]:
+    words = re.findall(r"[a-z]+", text.lower())
+    found = {_NUMBER_WORDS[w] for w in words if w in _NUMBER_WORDS}
+    found |= {
+        w.rstrip("s") if w.rstrip("s") in _QUANTITY_WORDS else w
+        for w in words
+        if w in _QUANTITY_WORDS or w.rstrip("s") in _QUANTITY_WORDS
+    }
+    return found | set(_FIGURE.findall(text))
 
 
 def invents_figures(answer: str, source: str) -> bool:
-    """A number (a date, a count, a share) that neither the passage nor the question gives: made up."""
-    return bool(set(_FIGURE.findall(answer)) - set(_FIGURE.findall(source)))
+    """A number, a quantity, a date or a time that neither the passage nor the question gives: made up."""
+    return bool(_quantities(answer) - _quantities(source))
 
 
 def repeats_itself(answer: str) -> bool:
@@ -96,12 +123,36 @@ def repeats_itself(answer: str) -> bool:
     return len(long) != len(set(long))
 
 
+# A negation before a match, in the match's own clause, turns it around: "they do not collect nectar".
+# ("Not many", "not much": a quantity, few, not a negation.)
+_NEGATOR = re.compile(
+    r"(\b(not|never|nor|neither|cannot|no longer)\b|n't\b)(?! (many|much|a lot|very|enough)\b)", re.IGNORECASE
+)
+_CLAUSE_BREAK = re.compile(r"[.,;:!?]|\b(but|because|so|although|though|while|whereas|instead)\b", re.IGNORECASE)
+
+
+def negated(answer: str, start: int) -> bool:
+    """Whether a negation stands between the start of the clause and `start`."""
+    clause = max((m.end() for m in _CLAUSE_BREAK.finditer(answer, 0, start)), default=0)
+    return _NEGATOR.search(answer, clause, start) is not None
+
+
 class Rule(BaseModel):
     name: str
     any: list[str]
 
-    def found(self, answer: str) -> bool:
-        return any(re.search(pattern, answer, re.IGNORECASE) for pattern in self.any)
+    def _starts(self, answer: str) -> list[int]:
+        return [m.start() for pattern in self.any for m in re.finditer(pattern, answer, re.IGNORECASE)]
+
+    def found(self, answer: str, negation: bool = True) -> bool:
+        """Said: a match, not negated in its clause (unless `negation` is off: where the rule's own patterns
+        carry the negation, as what-if answers do: "would not be pollinated")."""
+        return any(not (negation and negated(answer, start)) for start in self._starts(answer))
+
+    def denied(self, answer: str) -> bool:
+        """Said only the other way round: every match negated ("pollination is not the moving of pollen")."""
+        starts = self._starts(answer)
+        return bool(starts) and all(negated(answer, start) for start in starts)
 
 
 class Question(BaseModel):
@@ -117,6 +168,9 @@ class Question(BaseModel):
 class Passage(BaseModel):
     title: str
     subject: Subject
+    # The scorer's rules are tuned on the tuning passages' answers only; the held-out ones measure it
+    # (loadtest/quality/scorer_check.py).
+    part: Literal["tuning", "held_out"]
     text: str
     questions: list[Question]
 
@@ -160,6 +214,7 @@ WANDERS = "wanders from the passage"
 SAYS_NOT_TOLD = "says the passage does not tell, where it does"
 REPEATS = "repeats itself"
 INVENTS = "gives a figure the passage does not"
+DENIES = "denies what the passage says"
 
 
 @dataclass(frozen=True)
@@ -167,19 +222,24 @@ class Scorer:
     rubrics: Rubrics
 
     def score(self, passage: Passage, question: Question, answer: str) -> Score:
-        ideas = [self.rubrics.not_told] if question.kind == "not_in_passage" else question.ideas
+        told = question.kind == "not_in_passage"
+        ideas = [self.rubrics.not_told] if told else question.ideas
         words = readable(answer)
-        found = [idea.name for idea in ideas if words and idea.found(answer)]
-        wrong = [m.name for m in question.misconceptions if words and m.found(answer)]
+        # What-if ideas are written with their negations ("would not be pollinated"): read as written.
+        negation = question.kind != "what_if" and not told
+        found = [idea.name for idea in ideas if words and idea.found(answer, negation)]
+        wrong = [m.name for m in question.misconceptions if words and m.found(answer, negation)]
         source = f"{passage.text} {question.question}"
         grounded = grounding(answer, source)
-        if words and question.kind != "not_in_passage":
+        if words:
             if wanders(answer, source, self.rubrics.min_grounding):
                 wrong.append(WANDERS)
             if invents_figures(answer, source):
                 wrong.append(INVENTS)
-            if self.rubrics.not_told.found(answer) and not found:
+            if not told and self.rubrics.not_told.found(answer, negation=False) and not found:
                 wrong.append(SAYS_NOT_TOLD)
+            if negation and any(idea.denied(answer) for idea in ideas):
+                wrong.append(DENIES)
         if words and repeats_itself(answer):
             wrong.append(REPEATS)
         needed = min(question.needed or len(ideas), len(ideas))
