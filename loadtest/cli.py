@@ -321,3 +321,90 @@ def compare_command(
     )
     typer.echo(report.read_text())
     typer.echo(f"wrote {report}")
+
+
+@app.command("rollout")
+def rollout_command(
+    original: Annotated[str, typer.Option(help="the original variant's vLLM /v1 URL")],
+    candidate: Annotated[str, typer.Option(help="the candidate's vLLM /v1 URL (FP8)")],
+    gpu_price: Annotated[float, typer.Option(help="price of one GPU an hour (any currency)")],
+    candidate_name: str = "fp8",
+    gpus: Annotated[int, typer.Option(help="GPUs one replica uses")] = 1,
+    model_dir: Annotated[Path | None, typer.Option(help="the original's folder: tokenizer and manifest")] = None,
+    samples: Annotated[int, typer.Option(min=1, help="answers per question on each variant")] = 5,
+    margin: Annotated[float, typer.Option(min=0, help="non-inferiority margin in pass rate (0.03: 3 points)")] = 0.03,
+    seeds: Annotated[bool, typer.Option(help="per-request seeds, paired across variants (off on vLLM-CPU)")] = True,
+    rounds: Annotated[int, typer.Option(min=1, help="latency rounds, alternating the variants")] = 3,
+    ttft_target_ms: Annotated[float, typer.Option(help="the p95 TTFT a class accepts")] = 1000.0,
+    quick: Annotated[
+        bool, typer.Option(help="a smoke run for a CPU: one passage, 2 answers, no seeds, tiny levels, 1 round")
+    ] = False,
+    out_dir: Path = Path("var/loadtest/rollout"),
+) -> None:
+    """From two served variants to one decision: quality as a paired experiment with an A/A floor, latency in
+    alternating rounds, cost per acceptable answer with its interval; rollout.md and rollout.json in OUT_DIR."""
+    from loadtest import rollout
+    from loadtest.quality.cli import warning_for
+    from loadtest.quality.experiment import Plan, Server
+    from loadtest.quality.experiment import run as run_quality
+    from loadtest.quality.rubric import Scorer, load_rubrics
+    from service.model_manifest import read_manifest
+
+    settings = Settings()
+    folder = model_dir or settings.model.dir
+    prompts = model_prompts(settings, folder)
+    rubrics = load_rubrics()
+    model = settings.served_name(folder)
+    if quick:
+        samples, seeds, rounds = 2, False, 1
+    plan = Plan(
+        questions=[(p, q) for p in rubrics.passages[: 1 if quick else None] for q in p.questions],
+        samples=samples,
+        sampling=settings.answer.sampling(),
+        seeds=seeds,
+        greedy_tokens=16 if quick else 64,
+        margin=margin,
+    )
+    typer.echo(
+        f"1/2 quality: {len(plan.questions)} questions x {samples} on original, {candidate_name}, original again"
+    )
+    quality = run_quality(
+        Server(original, model), Server(candidate, model), candidate_name, prompts, Scorer(rubrics), plan
+    )
+    typer.echo(quality.summary())
+    levels = rollout.QUICK_LEVELS if quick else rollout.LEVELS
+    figures: list[rollout.RoundFigures] = []
+    urls = {"original": original, candidate_name: candidate}
+    for round_ in range(rounds):
+        order = list(urls) if round_ % 2 == 0 else list(reversed(urls))
+        for variant in order:
+            for level in levels:
+                path = out_dir / "runs" / f"{variant}-{level.name.replace(' ', '-').replace('/', 'per')}-r{round_}.json"
+                typer.echo(f"2/2 latency, round {round_ + 1} of {rounds}: {variant}, {level.name}")
+                run_command(
+                    target="vllm", url=urls[variant], variant=variant, model_dir=folder, ttft_target_ms=ttft_target_ms,
+                    seed=round_, out=path, **level.options,  # type: ignore[arg-type]
+                )  # fmt: skip
+                result = RunResult.load(path)
+                figures.append(rollout.round_figures(variant, level.name, round_, result, path.name, ttft_target_ms))
+    rates = {
+        "original": rollout.pass_rate(quality.scores["original"]),
+        candidate_name: rollout.pass_rate(quality.scores["candidate"]),
+    }
+    summaries = rollout.summarize(figures)
+    costs = rollout.costs(summaries, rates, gpu_price, gpus)
+    decision, sentence = rollout.decide(quality, costs, candidate_name)
+    manifest = read_manifest(folder)
+    report = rollout.RolloutReport(
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), original_url=original, candidate_url=candidate,
+        candidate=candidate_name, model_description=manifest.describe() if manifest else None,
+        warning=warning_for(manifest), gpu_price=gpu_price, gpus=gpus, ttft_target_ms=ttft_target_ms,
+        quality=quality, pass_rates=rates, rounds=figures, levels=summaries, costs=costs, decision=decision,
+        sentence=sentence,
+    )  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "rollout.json").write_text(report.model_dump_json(indent=1) + "\n")
+    text = rollout.markdown(report)
+    (out_dir / "rollout.md").write_text(text)
+    typer.echo(text)
+    typer.echo(f"wrote {out_dir / 'rollout.md'} and {out_dir / 'rollout.json'}")

@@ -19,8 +19,8 @@ KINDS = {"one_sentence", "explain", "what_if", "word_meaning", "not_in_passage"}
 # (`classroom loadtest quality scorer` prints the table): these hold it there. The goals are higher (issue 40:
 # kappa >= 0.8 held out, and at most 1 in 20 wrong answers passed or right ones failed on the adversarial set).
 LABELLED_HELD_OUT_KAPPA = 0.78
-ADVERSARIAL_WRONG_PASSED = {"tuning": 36, "held_out": 31}  # of 90 each
-ADVERSARIAL_RIGHT_FAILED = {"tuning": 18, "held_out": 27}  # of 60 each
+ADVERSARIAL_WRONG_PASSED = {"tuning": 68, "held_out": 54}  # of 195 each
+ADVERSARIAL_RIGHT_FAILED = {"tuning": 45, "held_out": 57}  # of 130 each
 
 
 def test_the_set_is_a_school_s() -> None:
@@ -59,7 +59,8 @@ def test_answers_written_to_fool_a_keyword_scorer_are_held_where_they_are() -> N
     written = load_adversarial()
     assert len(written.answers) >= 100
     rubrics = load_rubrics()
-    assert set(written.held_out) == {p.title for p in rubrics.passages if p.part == "held_out"}
+    parts = {p.title: p.part for p in rubrics.passages}
+    assert {a.title for a in written.answers if parts[a.title] == "held_out"} == set(written.held_out)
     for part, figures in check(rubrics)["adversarial"].items():
         report(f"scorer on the adversarial answers, {part} passages", figures.model_dump())
         assert figures.wrong_passed <= ADVERSARIAL_WRONG_PASSED[part], figures

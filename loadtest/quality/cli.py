@@ -291,3 +291,45 @@ def scorer_command() -> None:
     for name, parts in results.items():
         for part, figures in parts.items():
             typer.echo(f"{name}, {part}, agreed by kind: " + ", ".join(f"{k} {v}" for k, v in figures.by_kind.items()))
+
+
+@quality_app.command("experiment")
+def experiment_command(
+    original: Annotated[str, typer.Option(help="the original variant's /v1 URL")],
+    candidate: Annotated[str, typer.Option(help="the candidate's /v1 URL (FP8)")],
+    candidate_name: str = "fp8",
+    model_dir: Annotated[Path | None, typer.Option(help="the original's folder (tokenizer, manifest)")] = None,
+    samples: Annotated[int, typer.Option(min=1, help="answers per question on each variant")] = 5,
+    margin: Annotated[float, typer.Option(min=0, help="non-inferiority margin, in pass rate (0.03: 3 points)")] = 0.03,
+    seeds: Annotated[bool, typer.Option(help="per-request seeds, paired across variants (off on vLLM-CPU)")] = True,
+    passages: Annotated[int | None, typer.Option(min=1, help="the first N passages only (a smoke run)")] = None,
+    greedy_tokens: Annotated[int, typer.Option(min=1, help="tokens of each greedy answer compared")] = 64,
+    out: Annotated[Path | None, typer.Option(help="save as JSON")] = None,
+) -> None:
+    """The quality leg of a rollout as an experiment: paired answers on both variants and an A/A run of the original,
+    scored; the candidate's non-inferiority verdict, flips and greedy distance, each beside the A/A's."""
+    from loadtest.quality.experiment import Plan, Server, run
+
+    settings, folder, prompts = _prompts(model_dir)
+    rubrics = load_rubrics()
+    model = settings.served_name(folder)
+    plan = Plan(
+        questions=[(p, q) for p in rubrics.passages[:passages] for q in p.questions],
+        samples=samples,
+        sampling=sampling(settings, None),
+        seeds=seeds,
+        greedy_tokens=greedy_tokens,
+        margin=margin,
+    )
+    typer.echo(
+        f"asking {len(plan.questions)} questions x {samples} on the original, on {candidate_name} "
+        f"({'same seeds' if seeds else 'n samples a request, no seeds'}) and on the original again (other seeds)"
+    )
+    leg = run(Server(original, model), Server(candidate, model), candidate_name, prompts, Scorer(rubrics), plan)
+    warning = warning_for(read_manifest(folder))
+    if warning:
+        typer.echo(f"\n{'!' * 78}\n{warning}\n{'!' * 78}\n")
+    typer.echo(leg.summary())
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(leg.model_dump_json(indent=1) + "\n")
