@@ -100,7 +100,10 @@ def test_lm_eval_s_local_tasks_tell_the_real_model_from_random_weights(
     the passages as English (word perplexity in the tens) and beats chance at the comprehension questions; the
     stand-in's random weights find every word a surprise."""
     program = lmeval.ensure_installed()
-    include = lmeval.write_tasks(load_rubrics(), tmp_path / "tasks")
+    # The first 12 passages, as measured before the set grew to 26 (issue 40): the test's question is whether lm-eval
+    # tells the models apart, which 12 answer as well, and 14 more passages cost the suite most of a minute.
+    rubrics = load_rubrics()
+    include = lmeval.write_tasks(rubrics.model_copy(update={"passages": rubrics.passages[:12]}), tmp_path / "tasks")
     figures = {}
     # COMPREHENSION_LIMIT of the comprehension questions (and every passage): the rest cost a minute or more,
     # and acc_norm ~0.63 +- 0.09 on 30 still clears chance by more than three errors.
