@@ -66,6 +66,7 @@ def rubric_command(
     model_dir: Annotated[Path | None, typer.Option(help="the served model's folder (tokenizer, manifest)")] = None,
     samples: Annotated[int, typer.Option(min=1, help="answers per question (sampled: the service's temperature)")] = 1,
     temperature: Annotated[float | None, typer.Option(help="default: the service's (answer.temperature)")] = None,
+    passages: Annotated[int | None, typer.Option(min=1, help="the first N passages only (a try-out)")] = None,
     out: Annotated[Path | None, typer.Option(help="save the scores as JSON")] = None,
 ) -> None:
     """Ask every bundled question as the service does (its prompt and sampling) and score the answers."""
@@ -75,7 +76,7 @@ def rubric_command(
     scorer = Scorer(rubrics)
     manifest = read_manifest(folder)
     asked = sampling(settings, temperature)
-    questions = [(p, q) for p in rubrics.passages for q in p.questions]
+    questions = [(p, q) for p in rubrics.passages[:passages] for q in p.questions]
 
     async def ask_all() -> list[list[str]]:
         async with httpx.AsyncClient(base_url=base, timeout=TIMEOUT) as client:
