@@ -19,8 +19,8 @@ KINDS = {"one_sentence", "explain", "what_if", "word_meaning", "not_in_passage"}
 # (`classroom loadtest quality scorer` prints the table): these hold it there. The goals are higher (issue 40:
 # kappa >= 0.8 held out, and at most 1 in 20 wrong answers passed or right ones failed on the adversarial set).
 LABELLED_HELD_OUT_KAPPA = 0.78
-ADVERSARIAL_WRONG_PASSED = {"tuning": 68, "held_out": 54}  # of 195 each
-ADVERSARIAL_RIGHT_FAILED = {"tuning": 45, "held_out": 57}  # of 130 each
+ADVERSARIAL_WRONG_PASSED = {"tuning": 70, "held_out": 55}  # of 195 each
+ADVERSARIAL_RIGHT_FAILED = {"tuning": 44, "held_out": 54}  # of 130 each
 
 
 def test_the_set_is_a_school_s() -> None:

@@ -90,6 +90,7 @@ _NUMBER_WORDS = {
         "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
         "seventeen eighteen nineteen twenty".split()
     )
+    if word not in ("zero", "one")  # "the only one", "no one": pronouns far more often than counts
 } | {"thirty": "30", "forty": "40", "fifty": "50", "sixty": "60", "seventy": "70", "eighty": "80", "ninety": "90"}
 _QUANTITY_WORDS = frozenset(
     """hundred thousand million billion half halves quarter dozen twice double triple third fourth
