@@ -339,6 +339,11 @@ def rollout_command(
     quick: Annotated[
         bool, typer.Option(help="a smoke run for a CPU: one passage, 2 answers, no seeds, tiny levels, 1 round")
     ] = False,
+    latency_original: Annotated[
+        str | None, typer.Option(help="latency on another server pair (the Qwen-shaped stand-in): its original's /v1")
+    ] = None,
+    latency_candidate: Annotated[str | None, typer.Option(help="and its candidate's /v1")] = None,
+    latency_model_dir: Annotated[Path | None, typer.Option(help="that pair's model folder")] = None,
     out_dir: Path = Path("var/loadtest/rollout"),
 ) -> None:
     """From two served variants to one decision: quality as a paired experiment with an A/A floor, latency in
@@ -355,6 +360,9 @@ def rollout_command(
     prompts = model_prompts(settings, folder)
     rubrics = load_rubrics()
     model = settings.served_name(folder)
+    if (latency_original is None) != (latency_candidate is None):
+        raise typer.BadParameter("give both --latency-original and --latency-candidate, or neither")
+    timed_folder = latency_model_dir or folder
     if quick:
         samples, seeds, rounds = 2, False, 1
     plan = Plan(
@@ -374,7 +382,7 @@ def rollout_command(
     typer.echo(quality.summary())
     levels = rollout.QUICK_LEVELS if quick else rollout.LEVELS
     figures: list[rollout.RoundFigures] = []
-    urls = {"original": original, candidate_name: candidate}
+    urls = {"original": latency_original or original, candidate_name: latency_candidate or candidate}
     for round_ in range(rounds):
         order = list(urls) if round_ % 2 == 0 else list(reversed(urls))
         for variant in order:
@@ -382,8 +390,8 @@ def rollout_command(
                 path = out_dir / "runs" / f"{variant}-{level.name.replace(' ', '-').replace('/', 'per')}-r{round_}.json"
                 typer.echo(f"2/2 latency, round {round_ + 1} of {rounds}: {variant}, {level.name}")
                 run_command(
-                    target="vllm", url=urls[variant], variant=variant, model_dir=folder, ttft_target_ms=ttft_target_ms,
-                    seed=round_, out=path, **level.options,  # type: ignore[arg-type]
+                    target="vllm", url=urls[variant], variant=variant, model_dir=timed_folder,
+                    ttft_target_ms=ttft_target_ms, seed=round_, out=path, **level.options,  # type: ignore[arg-type]
                 )  # fmt: skip
                 result = RunResult.load(path)
                 figures.append(rollout.round_figures(variant, level.name, round_, result, path.name, ttft_target_ms))
@@ -394,10 +402,11 @@ def rollout_command(
     summaries = rollout.summarize(figures)
     costs = rollout.costs(summaries, rates, gpu_price, gpus)
     decision, sentence = rollout.decide(quality, costs, candidate_name)
-    manifest = read_manifest(folder)
+    manifest, timed = read_manifest(folder), read_manifest(timed_folder)
     report = rollout.RolloutReport(
         created=time.strftime("%Y-%m-%dT%H:%M:%S%z"), original_url=original, candidate_url=candidate,
         candidate=candidate_name, model_description=manifest.describe() if manifest else None,
+        latency_model_description=timed.describe() if timed else None, latency_urls=urls,
         warning=warning_for(manifest), gpu_price=gpu_price, gpus=gpus, ttft_target_ms=ttft_target_ms,
         quality=quality, pass_rates=rates, rounds=figures, levels=summaries, costs=costs, decision=decision,
         sentence=sentence,

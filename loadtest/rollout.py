@@ -101,7 +101,9 @@ class RolloutReport(BaseModel):
     original_url: str
     candidate_url: str
     candidate: str
-    model_description: str | None
+    model_description: str | None  # the quality leg's model
+    latency_model_description: str | None = None  # the latency rounds' (the same unless --latency-* said otherwise)
+    latency_urls: dict[str, str] = {}
     warning: str | None
     gpu_price: float
     gpus: int
@@ -225,6 +227,34 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
+def _distance_lines(q: QualityLeg, candidate: str) -> list[str]:
+    dc, da = q.distance_candidate, q.distance_aa
+    if dc is None or da is None:
+        return []
+    lines = [
+        "",
+        f"Next-token distributions on the original's greedy answers (teacher-forced, top-{dc.generated.k}; the A/A "
+        "is the original scored again in other batches):",
+        "",
+        "| | answer positions | top-1 agreement | mean KL (nats) | p95 KL | prompt positions | top-1 agreement "
+        "| mean KL |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, d in ((candidate, dc), ("original again (A/A)", da)):
+        g, p = d.generated, d.prompt
+        lines.append(
+            f"| {name} | {g.positions} | {g.top1_agreement:.1%} | {g.mean_kl:.4f} | {g.p95_kl:.4f} | {p.positions} "
+            f"| {p.top1_agreement:.1%} | {p.mean_kl:.4f} |"
+        )
+    if (kl := dc.generated.mean_kl) > (floor := da.generated.mean_kl):
+        lines += ["", f"{candidate} moves the answers' next-token odds {_times(kl, floor)} as far as batching does."]
+    return lines
+
+
+def _times(a: float, b: float) -> str:
+    return f"{a / b:.1f} times" if b > 0 else "further (the A/A moves them not at all)"
+
+
 def markdown(report: RolloutReport) -> str:
     q = report.quality
     c, aa = q.candidate_side.difference, q.aa_side.difference
@@ -235,6 +265,13 @@ def markdown(report: RolloutReport) -> str:
         "",
         f"Model: {report.model_description or 'unknown'}.",
     ]
+    timed = report.latency_model_description
+    if timed and timed != report.model_description:
+        lines += [
+            "",
+            f"Latency and goodput come from another model: {timed}. The cost per acceptable answer joins that "
+            "model's goodput to the quality model's pass rate.",
+        ]
     if report.warning:
         lines += ["", f"> **{report.warning}**"]
     lines += [
@@ -259,6 +296,7 @@ def markdown(report: RolloutReport) -> str:
             f"{report.candidate} changes more answers than resampling does: {c.lost + c.gained} flips against "
             f"{aa.lost + aa.gained} in the A/A."
         )
+    lines += _distance_lines(q, report.candidate)
     lines += [
         "",
         f"## Latency: medians over rounds that alternate the variants (range), p95 TTFT target "

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 from typer.testing import CliRunner
 
-from loadtest.quality.experiment import Plan, Server, _answers, pairs_of
+from loadtest.quality.experiment import Plan, Server, _answers, distance, pairs_of
 from loadtest.quality.rubric import Scorer, load_rubrics
 from service.classroom.prompting import Prompts
 from service.cli import app
@@ -40,6 +40,17 @@ def test_answers_pair_by_question_and_draw() -> None:
         (q2.question, 1),
     ]
     assert [(p.original, p.candidate) for p in pairs] == [(False, False), (False, False), (True, True), (True, False)]
+
+
+def test_distance_keeps_the_answer_s_positions_apart_from_the_prompt_s() -> None:
+    # Two sequences: prompts of 3 and 2 tokens, answers of 2 and 1. Position 0 predicts nothing.
+    same, other = {1: -0.1, 2: -2.5}, {2: -0.1, 1: -2.5}
+    reference = [[{}, same, same, same, same], [{}, same, same]]
+    moved = [[{}, same, same, other, same], [{}, same, other]]  # each answer's first token moves
+    d = distance([3, 2], reference, moved)
+    assert (d.prompt.positions, d.generated.positions) == (3, 3)
+    assert d.prompt.top1_agreement == 1.0 and d.prompt.mean_kl == 0.0
+    assert d.generated.top1_agreement == 1 / 3 and d.generated.mean_kl > 1.0
 
 
 def fake_seeded_vllm(seen: list[tuple[str, int]]) -> httpx.MockTransport:
@@ -100,3 +111,10 @@ def test_the_experiment_runs_on_vllm_cpu_and_says_the_stand_in_s_scores_mean_not
     # The same server greedy twice, one request at a time: the same tokens.
     assert leg["greedy_candidate"]["exact_match"] == 1.0 and leg["greedy_aa"]["exact_match"] == 1.0
     assert leg["candidate_side"]["difference"]["difference"] == 0.0
+    # Teacher-forced on the greedy answers (up to 8 tokens each): the same weights agree nearly everywhere, whatever
+    # the batches; the prompts' ~260 positions each are counted apart.
+    for run in ("distance_candidate", "distance_aa"):
+        generated, prompt = leg[run]["generated"], leg[run]["prompt"]
+        assert 0 < generated["positions"] <= 5 * 8 and prompt["positions"] > 5 * 200
+        assert generated["top1_agreement"] >= 0.9 and 0 <= generated["mean_kl"] < 0.05
+    assert "On the original's greedy answers: top-1 agreement" in printed.output

@@ -97,3 +97,4 @@ def test_the_command_runs_on_vllm_cpu_from_two_urls_to_one_report(vllm: Vllm, mo
     assert report["pass_rates"]["original"]["rate"] == 0.0 and report["decision"] == "keep the original"
     text = (tmp_path / "rollout.md").read_text()
     assert "STAND-IN" in text and "original again (A/A)" in text and "| fp8 | a class of 4 | 1 |" in text
+    assert "Next-token distributions on the original's greedy answers" in text

