@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
+from loadtest.quality.judge import messages, parse
 from loadtest.quality.lmeval import comprehension_docs, write_tasks
 from loadtest.quality.rubric import Scorer, load_labelled, load_rubrics, readable
 from loadtest.quality.scorer_check import check, load_adversarial
@@ -134,3 +135,16 @@ def test_lm_eval_s_local_tasks_are_the_rubric_questions(tmp_path: Path) -> None:
 @pytest.mark.parametrize("label", ["empty"])
 def test_labels_say_what_they_mean(label: str) -> None:
     assert all(not a.teacher_passes for a in load_labelled().answers if a.label == label)
+
+
+def test_a_judge_s_reply_is_read_for_its_verdict_and_its_prompt_carries_the_teacher_s_note() -> None:
+    assert (parse("PASS"), parse("fail."), parse("Verdict: Pass"), parse("The answer is good")) == (
+        True,
+        False,
+        True,
+        None,
+    )
+    rubrics = load_rubrics()
+    bees, pollination = rubrics.find("The honeybee", "What is pollination?")
+    said = messages(bees, pollination, "Bees carry pollen.")[1]["content"]
+    assert pollination.teacher_note in said and bees.text in said and "Bees carry pollen." in said

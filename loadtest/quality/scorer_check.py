@@ -12,10 +12,14 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from loadtest.quality.rubric import LABELLED, Rubrics, Scorer, load_labelled, load_rubrics
+
+if TYPE_CHECKING:
+    from loadtest.quality.judge import JudgeEndpoint
 
 ADVERSARIAL = Path(__file__).with_name("adversarial.json")
 
@@ -133,4 +137,76 @@ def table(results: dict[str, dict[str, Agreement]]) -> str:
                 f"| {name} | {part} | {a.answers} | {a.agreement:.1%} | {a.always_fail:.1%} | {kappa} | "
                 f"{a.wrong_passed} of {a.wrong} | {a.right_failed} of {a.right} |"
             )
+    return "\n".join(lines)
+
+
+class JudgeCheck(BaseModel):
+    """A rubric judge measured as the rule scorer is, on the held-out part of both sets, and beside it."""
+
+    model: str
+    labelled: Agreement  # the judge against the teacher
+    adversarial: Agreement
+    with_scorer: Agreement  # the judge against the rule scorer, on the same answers (the scorer in the teacher's place)
+    unparsed: int
+
+
+def check_judge(
+    endpoint: "JudgeEndpoint",
+    rubrics: Rubrics | None = None,
+    limit: int | None = None,
+    labelled: Path = LABELLED,
+    adversarial: Path = ADVERSARIAL,
+) -> JudgeCheck:
+    """The held-out answers of both sets (the first `limit` of each, for a try-out), each marked by the judge."""
+    from loadtest.quality.judge import judge_all
+
+    rubrics = rubrics or load_rubrics()
+    held_out = {p.title for p in rubrics.passages if p.part == "held_out"}
+    sets: dict[str, list[tuple[str, str, str, bool, str]]] = {
+        "labelled": [
+            (a.title, a.question, a.answer, a.teacher_passes, str(a.label))
+            for a in load_labelled(labelled).answers
+            if a.title in held_out
+        ][:limit],
+        "adversarial": [
+            (a.title, a.question, a.answer, a.passes, a.kind)
+            for a in load_adversarial(adversarial).answers
+            if a.title in held_out
+        ][:limit],
+    }
+    items = [(*rubrics.find(title, question), answer) for rows in sets.values() for title, question, answer, *_ in rows]
+    verdicts = judge_all(endpoint, items)
+    scorer = [j.scorer for rows in sets.values() for j in judge(rubrics, rows)]
+    rows = [row for rows in sets.values() for row in rows]
+    judged = [
+        Judged(title, kind, teacher, by_judge)
+        for (title, _, _, teacher, kind), by_judge in zip(rows, verdicts.passed, strict=True)
+    ]
+    n = len(sets["labelled"])
+    return JudgeCheck(
+        model=endpoint.model,
+        labelled=agreement(judged[:n]),
+        adversarial=agreement(judged[n:]),
+        with_scorer=agreement([Judged(j.title, j.kind, s, j.scorer) for j, s in zip(judged, scorer, strict=True)]),
+        unparsed=verdicts.unparsed,
+    )
+
+
+def judge_table(result: JudgeCheck) -> str:
+    lines = [
+        f"The judge ({result.model}) on the held-out answers; {result.unparsed} replies said neither PASS nor FAIL.",
+        "",
+        "| against | answers | agreement | always-fail | kappa | wrong passed | right failed |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, a in (
+        ("the teacher, labelled", result.labelled),
+        ("the teacher, adversarial", result.adversarial),
+        ("the rule scorer, both", result.with_scorer),
+    ):
+        kappa = f"{a.kappa:.2f}" if a.kappa is not None else "-"
+        lines.append(
+            f"| {name} | {a.answers} | {a.agreement:.1%} | {a.always_fail:.1%} | {kappa} | "
+            f"{a.wrong_passed} of {a.wrong} | {a.right_failed} of {a.right} |"
+        )
     return "\n".join(lines)
