@@ -412,6 +412,7 @@ def rollout_command(
         sentence=sentence,
     )  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
+    report.plots = rollout.draw(report, out_dir)
     (out_dir / "rollout.json").write_text(report.model_dump_json(indent=1) + "\n")
     text = rollout.markdown(report)
     (out_dir / "rollout.md").write_text(text)

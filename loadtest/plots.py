@@ -86,6 +86,47 @@ def cache_per_class(ratios: dict[str, dict[str, float]], path: Path) -> Path:
     return _save(fig, path)
 
 
+def differences(rows: list[tuple[str, float, float, float]], margin: float, path: Path) -> Path:
+    """Each (label, difference, low, high) of a pass rate, original minus other, in points, as a point and its 95%
+    interval; zero and the non-inferiority margin as lines: an interval wholly left of the margin is non-inferior."""
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.6 * len(rows)))
+    for i, (_, diff, low, high) in enumerate(rows):
+        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
+        ax.errorbar([diff], [i], xerr=[[diff - low], [high - diff]], fmt="o", color=colour, capsize=4)
+        ax.annotate(f"{diff:+.1f} ({low:+.1f} to {high:+.1f})", (high, i), xytext=(6, 0), textcoords="offset points",
+                    va="center", fontsize=8)  # fmt: skip
+    ax.axvline(0, color="black", lw=1)
+    ax.axvline(margin, color=TARGET_COLOUR, lw=1.5, ls=":", label=f"margin ({margin:g} points)")
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set(xlabel="pass rate, original - other (points; right of 0: the other passes fewer)",
+           title="quality: paired differences, 95% intervals")  # fmt: skip
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(fontsize=8, loc="lower right")
+    return _save(fig, path)
+
+
+def rounds(p95_ms: dict[str, dict[str, list[float]]], target_ms: float, path: Path) -> Path:
+    """Each level's p95 TTFT, one point a round, a colour a variant, beside the target: the spread between rounds is
+    the noise a difference between variants must clear."""
+    levels = list(p95_ms)
+    variants = sorted({v for per in p95_ms.values() for v in per})
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / max(1, len(variants))
+    for i, variant in enumerate(variants):
+        colour = SERIES_COLOURS[i % len(SERIES_COLOURS)]
+        for j, level in enumerate(levels):
+            values = p95_ms[level].get(variant, [])
+            xs = [j + (i - (len(variants) - 1) / 2) * width] * len(values)
+            ax.plot(xs, values, "o", color=colour, alpha=0.8, label=variant if j == 0 else None)
+    ax.axhline(target_ms, color=TARGET_COLOUR, lw=1.5, ls=":", label=f"p95 target ({target_ms:g} ms)")
+    ax.set_xticks(range(len(levels)), levels, fontsize=8)
+    ax.set(ylabel="p95 TTFT (ms)", title="latency: each round's p95 TTFT", ylim=(0, None))
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def _save(fig: Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()

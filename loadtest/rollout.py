@@ -19,6 +19,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from pydantic import BaseModel
 from scipy import stats as scipy_stats
@@ -115,6 +116,26 @@ class RolloutReport(BaseModel):
     costs: list[Cost]
     decision: str
     sentence: str
+    plots: list[str] = []  # PNGs beside rollout.md
+
+
+def draw(report: RolloutReport, out_dir: Path) -> list[str]:
+    """The report's plots: the quality differences beside the A/A's and the margin, and each round's p95 TTFT."""
+    from loadtest import plots
+
+    q = report.quality
+    rows = [
+        (label, d.difference * 100, d.low * 100, d.high * 100)
+        for label, d in ((report.candidate, q.candidate_side.difference), ("A/A", q.aa_side.difference))
+    ]
+    made = [plots.differences(rows, q.candidate_side.verdict.margin * 100, out_dir / "quality.png")]
+    p95: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in report.rounds:
+        if r.p95_ttft_ms is not None and math.isfinite(r.p95_ttft_ms):
+            p95[r.level][r.variant].append(r.p95_ttft_ms)
+    if p95:
+        made.append(plots.rounds({k: dict(v) for k, v in p95.items()}, report.ttft_target_ms, out_dir / "latency.png"))
+    return [m.name for m in made]
 
 
 def round_figures(variant: str, level: str, round_: int, run: RunResult, path: str, target_ms: float) -> RoundFigures:
@@ -322,4 +343,5 @@ def markdown(report: RolloutReport) -> str:
         + ", ".join(sorted({r.run for r in report.rounds})),
         "",
     ]
+    lines += [f"![{name}]({name})" for name in report.plots]
     return "\n".join(lines)

