@@ -461,9 +461,12 @@ rollout-run | rollout-wait)
   for _ in $(seq 1 "${WAIT_S:-540}"); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
   grep -E "^[0-9]/2|^Roll|^Keep|^Not enough|^A/A|^Flips|^Greedy|^On the" /tmp/rollout.log | tail -12
   if kill -0 "$pid" 2>/dev/null; then echo "STILL RUNNING: call rollout-wait"; exit 0; fi
-  mkdir -p "$R" && cp -r /tmp/rollout/. "$R/" && cp /tmp/rollout.log "$R/"
-  for t in bf16 fp8 standin standin-fp8; do grep -h -E "GPU KV cache size|Model loading took" "$GPU_LOGS/server-$t.log" | sed "s/^.*\] /$t: /"; done > "$R/servers.txt"
-  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$R/card.txt"
+  # At most 8 files come back: the report, its plots, the log, the servers' lines, the runs in one tarball.
+  mkdir -p "$R" && cp /tmp/rollout/rollout.* /tmp/rollout/*.png /tmp/rollout.log "$R/"
+  tar czf "$R/runs.tgz" -C /tmp/rollout runs
+  { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    for t in bf16 fp8 standin standin-fp8; do grep -h -E "GPU KV cache size|Model loading took" "$GPU_LOGS/server-$t.log" | sed "s/^.*\] /$t: /"; done
+  } > "$R/servers.txt"
   tail -3 /tmp/rollout.log
   ;;
 rollout)
