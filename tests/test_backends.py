@@ -38,7 +38,7 @@ from tests.helpers import (
     wait_until_warmed,
     warmup_burst_requests,
 )
-from tests.servers import ServerThread, Vllm, isolated
+from tests.servers import ServerThread, Vllm, isolated, routing
 
 
 @pytest.mark.slow  # a second vLLM (~35 s to start here), stopped and started
@@ -46,7 +46,7 @@ def test_switching_variants_while_pupils_ask_loses_no_question(
     settings: Settings, vllm: Vllm, second_vllm: Vllm, tmp_path: Path
 ) -> None:
     file = backends_file(tmp_path, {"original": [vllm.base_url], "fp8": [second_vllm.base_url]}, "original")
-    own = isolated(settings, routing=RoutingSettings(backends_file=file))
+    own = isolated(settings, routing=routing(backends_file=file))
     with running(own) as (url, teacher, operator):
         classroom = create_classroom(teacher)
         add_passage(teacher, classroom["id"], passage_text(200))
@@ -94,7 +94,9 @@ def test_affinity_failover_and_return_with_two_replicas(
 ) -> None:
     replicas = [vllm.base_url, second_vllm.base_url]
     own = isolated(
-        settings, routing=RoutingSettings(backends_file=backends_file(tmp_path, {"original": replicas}, "original"))
+        settings,
+        # As deployed, with the warm-up burst: a replica back from a restart gets one.
+        routing=RoutingSettings(backends_file=backends_file(tmp_path, {"original": replicas}, "original")),
     )
     with running(own) as (url, teacher, operator):
         # Classes until both replicas own at least one passage (each passage id is random).
@@ -149,7 +151,7 @@ def test_every_process_follows_a_switch_and_bad_changes_are_refused(
     settings: Settings, vllm: Vllm, second_vllm: Vllm, tmp_path: Path
 ) -> None:
     file = backends_file(tmp_path, {"original": [vllm.base_url], "fp8": [second_vllm.base_url]}, "original")
-    own = isolated(settings, routing=RoutingSettings(backends_file=file, warmup=False))
+    own = isolated(settings, routing=routing(backends_file=file, warmup=False))
     with running(own) as (_, _, first), ServerThread(create_app(own)) as other:
         second = httpx.Client(base_url=other.url, headers=operator_headers(own), timeout=10)
         assert second.get("/api/operator/backends").json()["config"]["active"] == "original"
@@ -232,7 +234,7 @@ def test_the_dashboard_shows_metrics_the_service_really_exports(
 def test_an_operator_loads_a_new_backends_file_from_the_command_line(
     settings: Settings, vllm: Vllm, second_vllm: Vllm, tmp_path: Path
 ) -> None:
-    own = isolated(settings, routing=RoutingSettings(warmup=False))
+    own = isolated(settings, routing=routing(warmup=False))
     with running(own) as (_, _, operator):
         assert operator.get("/api/operator/backends").json()["config"]["variants"].keys() == {"original"}
         file = backends_file(tmp_path, {"original": [vllm.base_url], "fp8": [second_vllm.base_url]}, "fp8")

@@ -14,7 +14,7 @@ import redis
 
 from service.app import create_app
 from service.local.processes import free_port
-from service.settings import RoutingSettings, Settings
+from service.settings import Settings
 from tests.helpers import (
     add_passage,
     ask_streaming,
@@ -27,9 +27,9 @@ from tests.helpers import (
     signed_in_teacher,
     wait_until_warmed,
 )
-from tests.servers import ServerThread, Vllm, isolated, running_server
+from tests.servers import ServerThread, Vllm, isolated, routing, running_server
 
-GATEWAY = RoutingSettings(policy="gateway")
+GATEWAY = routing(policy="gateway")
 
 
 @contextmanager

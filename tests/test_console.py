@@ -12,7 +12,7 @@ from httpx_sse import connect_sse
 from service.classroom.answer_stream import MIDSTREAM_FAILURE
 from service.classroom.figures import figures
 from service.records import STOPPED, QuestionRecord, QuestionStatus
-from service.settings import PROJECT_ROOT, RoutingSettings, Settings
+from service.settings import PROJECT_ROOT, Settings
 from tests.backends import backends_file, running
 from tests.helpers import (
     Join,
@@ -28,7 +28,7 @@ from tests.helpers import (
     stored_questions,
     wait_until_warmed,
 )
-from tests.servers import Vllm, isolated
+from tests.servers import Vllm, isolated, routing
 
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
 
@@ -124,7 +124,7 @@ def test_choosing_the_active_variant_again_keeps_the_version_and_warms_nothing(
 ) -> None:
     # Two variants on the one real replica: a real switch warms the passage there, so its absence is measured.
     file = backends_file(tmp_path, {"original": [vllm.base_url], "copy": [vllm.base_url]}, "original")
-    own = isolated(settings, routing=RoutingSettings(backends_file=file))
+    own = isolated(settings, routing=routing(backends_file=file))
     with running(own) as (_, teacher, operator):
         classroom = create_classroom(teacher)
         add_passage(teacher, classroom["id"], passage_text(200))

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from service.backends.routing import rendezvous_order
-from service.settings import AnswerSettings, RoutingSettings, Settings
+from service.settings import AnswerSettings, Settings
 from tests.backends import backends_file, replica_healthy, running
 from tests.helpers import (
     Streamed,
@@ -20,7 +20,7 @@ from tests.helpers import (
     routed_questions,
     stored_questions,
 )
-from tests.servers import Vllm, isolated
+from tests.servers import Vllm, isolated, routing
 
 MIDSTREAM = "The answer was cut short because the answering service stopped. Please ask again."
 
@@ -33,9 +33,7 @@ def test_a_replica_killed_mid_answer_tells_each_pupil_keeps_what_was_said_and_th
     own = isolated(
         settings,
         # No warm-up burst: its requests running on the doomed replica would pass for the pupils' answers.
-        routing=RoutingSettings(
-            backends_file=backends_file(tmp_path, {"original": replicas}, "original"), warmup_burst=0
-        ),
+        routing=routing(backends_file=backends_file(tmp_path, {"original": replicas}, "original"), warmup_burst=0),
         answer=AnswerSettings(max_tokens=600),  # answers long enough to be mid-stream when the kill comes
     )
     with running(own) as (url, teacher, operator):
