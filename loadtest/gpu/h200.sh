@@ -470,7 +470,7 @@ rollout-run | rollout-wait)
   tar czf "$R/runs.tgz" -C /tmp/rollout runs
   { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
     for t in bf16 fp8 standin standin-fp8; do
-      if [ -f "$GPU_LOGS/server-$t.log" ]; then grep -h -E "GPU KV cache size|Model loading took" "$GPU_LOGS/server-$t.log" | sed "s/^.*\] /$t: /"; fi
+      if [ -f "$GPU_LOGS/server-$t.log" ]; then grep -h -E "GPU KV cache size|Model loading took" "$GPU_LOGS/server-$t.log" | sed "s/^.*\] /$t: /" || true; fi
     done
   } > "$R/servers.txt"
   tail -3 /tmp/rollout.log
