@@ -27,7 +27,7 @@ from service.local.processes import free_port
 from service.local.redis_server import start_redis
 from service.local.vllm_server.flags import detect_device
 from service.local.vllm_server.venv import ensure_vllm_venv
-from service.settings import Settings
+from service.settings import RoutingSettings, Settings
 from tests.figures import FIGURES, report
 from tests.helpers import Join, joined_pupil, signed_in_teacher
 from tests.servers import (
@@ -216,8 +216,13 @@ def vllm_settings(settings: Settings, vllm: Vllm) -> Settings:
 
 @pytest.fixture(scope="session")
 def service(vllm_settings: Settings) -> Iterator[str]:
-    """Base URL of the service, wired to the real Redis and the real vLLM."""
-    with ServerThread(create_app(vllm_settings)) as running:
+    """Base URL of the service, wired to the real Redis and the real vLLM; it sends the session's vLLM the warm-up
+    burst, as deployed (once: the operator console shows it), where the tests' other services send none."""
+    burst = RoutingSettings().warmup_burst
+    as_deployed = vllm_settings.model_copy(
+        update={"routing": vllm_settings.routing.model_copy(update={"warmup_burst": burst})}
+    )
+    with ServerThread(create_app(as_deployed)) as running:
         yield running.url
 
 
