@@ -128,7 +128,7 @@ serve_small() {  # TAG PORT FOLDER: vLLM serves the real small model under its o
     --gpu-memory-utilization "${SMALL_SHARE:-0.4}"
 }
 
-case ${1:?rollout-prepare, rollout-run, rollout-wait, burst-prepare, burst-runs, real-prepare, real-runs, prepare, agreement, rollout, decision-prepare, decision-runs, decision-seed, service-prepare, service-runs, service-levers or service-agreement} in
+case ${1:?rollout-prepare, rollout-run, rollout-wait, rollout-quality, burst-prepare, burst-runs, real-prepare, real-runs, prepare, agreement, rollout, decision-prepare, decision-runs, decision-seed, service-prepare, service-runs, service-levers or service-agreement} in
 burst-prepare)
   began=$(date +%s)
   python3 -c "from pathlib import Path; from service.local.model.prepare import prepare_model, announce; d = Path('$M/original'); print(announce(d, prepare_model(d, '1.5b', 0, standin=True)))"
@@ -474,6 +474,12 @@ rollout-run | rollout-wait)
     done
   } > "$R/servers.txt"
   tail -3 /tmp/rollout.log
+  ;;
+rollout-quality)
+  # The quality leg alone (a device session too short for the latency rounds): after rollout-prepare with STANDIN=0.
+  python3 -m loadtest quality experiment --original http://127.0.0.1:8000/v1 --candidate http://127.0.0.1:8001/v1 \
+    --model-dir $M/original --samples "${SAMPLES:-5}" --out "$R/experiment.json" 2>&1 | tee "$R/experiment.log" | tail -8
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$R/card.txt"
   ;;
 rollout)
   for v in original fp8; do
