@@ -48,9 +48,11 @@ def test_distance_keeps_the_answer_s_positions_apart_from_the_prompt_s() -> None
     reference = [[{}, same, same, same, same], [{}, same, same]]
     moved = [[{}, same, same, other, same], [{}, same, other]]  # each answer's first token moves
     d = distance([3, 2], reference, moved)
+    assert d is not None
     assert (d.prompt.positions, d.generated.positions) == (3, 3)
     assert d.prompt.top1_agreement == 1.0 and d.prompt.mean_kl == 0.0
     assert d.generated.top1_agreement == 1 / 3 and d.generated.mean_kl > 1.0
+    assert distance([5], reference[:1], moved[:1]) is None  # greedy answers with no token: no answer positions
 
 
 def fake_seeded_vllm(seen: list[tuple[str, int]]) -> httpx.MockTransport:

@@ -160,13 +160,17 @@ async def _scored(
     return list(await asyncio.gather(*(one(ids) for ids in sequences)))
 
 
-def distance(prompt_lengths: Sequence[int], reference: Sequence[list[TopK]], other: Sequence[list[TopK]]) -> Distance:
+def distance(
+    prompt_lengths: Sequence[int], reference: Sequence[list[TopK]], other: Sequence[list[TopK]]
+) -> Distance | None:
     """Positions 1 .. prompt length - 1 predict the prompt's tokens (position 0 predicts nothing); the rest predict
-    the answer's."""
+    the answer's. None where no greedy answer had a token (a model that ends every answer at once)."""
     prompt, generated = [], []
     for n, ref, oth in zip(prompt_lengths, reference, other, strict=True):
         prompt += compare_positions(ref[1:n], oth[1:n])
         generated += compare_positions(ref[n:], oth[n:])
+    if not prompt or not generated:
+        return None
     return Distance(
         generated=summarize(generated, len(prompt_lengths), TOP_K), prompt=summarize(prompt, len(prompt_lengths), TOP_K)
     )
