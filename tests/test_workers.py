@@ -89,6 +89,8 @@ def test_answers_in_flight_add_up_over_the_workers_while_they_stream(settings: S
             service_process(own, workers=2) as service,
             closing(signed_in_teacher(own, service.url)) as teacher,
         ):
+            # Ready means one worker answers; on a loaded machine the second may not serve its figures yet.
+            eventually(lambda: len(list(service.metrics_dir.glob("*.sock"))) == 2, "both workers serve their figures")
             classroom = create_classroom(teacher)
             add_passage(teacher, classroom["id"], passage_text(60))
             assert in_flight(httpx.get(f"{service.url}/metrics").text) == 0
