@@ -13,7 +13,7 @@ tests/servers.py (and the figures reported at the end in tests/figures.py): no t
 """
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import closing
 from pathlib import Path
 
@@ -42,6 +42,7 @@ from tests.servers import (
     instant_fake_vllm,
     service_settings,
 )
+from tests.socket_makers import makers_named_in, trace_connects
 
 # Each test's tier, as `-m` picks them: the first of these among its markers, else "fast".
 TIERS = ("browser", "vllm", "slow")
@@ -58,6 +59,16 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config.stash[STARTED] = time.monotonic()
+    trace_connects()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport() -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failure that names an unclosed socket's ports gets who connected them (tests/socket_makers.py)."""
+    report = yield
+    if report.failed and "unclosed <socket" in report.longreprtext:
+        report.sections.append(("who connected the unclosed socket", makers_named_in(report.longreprtext)))
+    return report
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
