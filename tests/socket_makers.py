@@ -33,11 +33,14 @@ def trace_connects() -> bool:
         try:
             connect(self, address)
         finally:  # a non-blocking connect (asyncio's) raises BlockingIOError with its port already bound
-            try:
-                frames = [f for f in traceback.extract_stack()[:-1] if not HARNESS.search(f.filename)]
-                _makers[self.getsockname()[1]] = "".join(traceback.format_list(frames[-STACK_LIMIT:]))
-            except OSError:
-                pass
+            if self.family in (socket.AF_INET, socket.AF_INET6):  # a Unix socket has no port
+                try:
+                    port = self.getsockname()[1]
+                except OSError:
+                    port = None
+                if port is not None:
+                    frames = [f for f in traceback.extract_stack()[:-1] if not HARNESS.search(f.filename)]
+                    _makers[port] = "".join(traceback.format_list(frames[-STACK_LIMIT:]))
 
     socket.socket.connect = traced  # type: ignore[method-assign,assignment]
     return True
