@@ -1,5 +1,6 @@
 """`python -m loadtest ...`: the same as `classroom loadtest ...`."""
 
 from loadtest.cli import app
+from service.cli import run_cli
 
-app(prog_name="python -m loadtest")
+run_cli(lambda: app(prog_name="python -m loadtest"))

@@ -30,6 +30,8 @@ app.add_typer(quality_app, name="quality")
 
 TARGETS, WORKLOADS, PROFILES = get_args(TargetKind), get_args(WorkloadKind), get_args(ProfileKind)
 DEFAULT_RUNS = Path("var/loadtest")
+# A run with more failed requests than this share exits 1 (`run --max-failed`).
+DEFAULT_MAX_FAILED = 0.01
 
 
 def _profile(name: str, rate: float | None, streams: int | None, steps: int) -> Profile | SweepPlan:
@@ -93,8 +95,12 @@ def run_command(
     ] = None,
     settle_s: Annotated[float, typer.Option(help="wait before reading /metrics after a run (it lags)")] = 1.0,
     out: Annotated[Path | None, typer.Option(help="where to save the results JSON")] = None,
+    max_failed: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="the share of requests that may fail before the run exits 1")
+    ] = DEFAULT_MAX_FAILED,
 ) -> None:
-    """Send a workload under a load profile; save every request's timeline; print the report."""
+    """Send a workload under a load profile; save every request's timeline; print the report. Exits 1 when more
+    than --max-failed of the requests got no whole answer: a run that measured errors is not a latency figure."""
     settings = Settings()
     if target not in TARGETS:
         raise typer.BadParameter(_either(TARGETS), param_hint="--target")
@@ -191,6 +197,16 @@ def run_command(
     result.save(path)
     typer.echo(reports.render(result))
     typer.echo(f"saved {path}")
+    failed, sent = result.failed()
+    if failed > max_failed * sent:
+        first = next(r for b in result.benchmarks for r in b.requests if not r.ok)
+        why = f"{first.error}: {first.error_detail}" if first.error_detail else first.error or "no first token"
+        typer.echo(
+            f"Error: {failed} of {sent} requests failed, more than --max-failed {max_failed:g} allows (the first: "
+            f"{why}).",
+            err=True,
+        )
+        raise typer.Exit(1)
 
 
 async def _run(

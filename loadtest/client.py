@@ -128,17 +128,22 @@ async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, 
             event = line[6:].strip()
 
 
+def said(exc: BaseException) -> str:
+    """An exception as a person reads it: its kind and its own words (a repr nests the connection's key)."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 async def _guarded(timeline: Timeline, run: Any) -> None:
     try:
         await run
     except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-        timeline.fail("timeout", repr(exc))
+        timeline.fail("timeout", said(exc))
     except aiohttp.ClientPayloadError as exc:
-        timeline.fail("incomplete", repr(exc))
+        timeline.fail("incomplete", said(exc))
     except aiohttp.ClientError as exc:
-        timeline.fail("connection", repr(exc))
+        timeline.fail("connection", said(exc))
     except (json.JSONDecodeError, KeyError, ValueError) as exc:
-        timeline.fail("protocol", repr(exc))
+        timeline.fail("protocol", said(exc))
 
 
 class VllmTarget:

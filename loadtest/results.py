@@ -154,6 +154,11 @@ class RunResult(BaseModel):
     environment: Environment
     benchmarks: list[Benchmark]
 
+    def failed(self) -> tuple[int, int]:
+        """Requests that got no whole answer, and requests sent, over every load level."""
+        records = [r for b in self.benchmarks for r in b.requests]
+        return sum(not r.ok for r in records), len(records)
+
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(self.model_dump_json(indent=1) + "\n")

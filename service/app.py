@@ -5,6 +5,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib.resources import files
 from typing import Any
 
 import uvicorn
@@ -19,6 +20,9 @@ from service.api.security import SecurityMiddleware
 from service.backends.replica_http import Transport
 from service.services import open_services
 from service.settings import Settings
+
+# Swagger UI's own files as fastapi-offline ships them, served by the service for /docs.
+SWAGGER_UI = str(files("fastapi_offline").joinpath("static"))
 
 # uvicorn's own logging, and the service's lines from INFO up through the same handler, with their level
 # (without it only warnings would reach the log, bare): operators read the warm-up bursts' timings there.
@@ -46,12 +50,15 @@ def create_app(settings: Settings | None = None, transport: Transport | None = N
             gc.freeze()
             yield
 
-    app = FastAPI(title="classroom-assistant", lifespan=lifespan)
+    # /docs is the service's own page (service/api/pages.py): FastAPI's loads Swagger UI from a CDN, which the
+    # CSP blocks and an offline school cannot reach.
+    app = FastAPI(title="classroom-assistant", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.add_middleware(QuestionLane)  # inside the security checks: what they refuse never gets here
     app.add_middleware(SecurityMiddleware, allowed_origins=settings.auth.allowed_origins)
     install_error_handlers(app)
     app.include_router(api_router)
     app.state.templates = Jinja2Templates(directory=settings.frontend_dir / "templates")
+    app.mount("/static/api-docs", StaticFiles(directory=SWAGGER_UI), name="api-docs")  # before /static's own
     app.mount("/static", StaticFiles(directory=settings.frontend_dir / "static"), name="static")
     return app
 

@@ -6,15 +6,20 @@ neither, so its image, which installs neither's dependencies, still starts and s
 """
 
 import asyncio
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+from redis.exceptions import RedisError
 
-from service.backends.fleet import load_backends, shared_backends
+from service.backends.fleet import load_backends, replicas_answering, shared_backends
 from service.classroom.accounts import add_teacher
-from service.errors import InvalidInput
+from service.errors import InvalidInput, ServiceError, VariantNotServing
 from service.records import BackendConfig
 from service.settings import Settings
 
@@ -80,16 +85,67 @@ def backends_show(ctx: typer.Context) -> None:
 
 
 @backends_app.command("load")
-def backends_load(ctx: typer.Context, file: Path) -> None:
-    """Replace the shared configuration by a file's (deploy/backends.yaml's form); processes follow within 1 s."""
+def backends_load(
+    ctx: typer.Context,
+    file: Path,
+    force: Annotated[bool, typer.Option(help="load it even where no replica of its active variant answers")] = False,
+) -> None:
+    """Replace the shared configuration by a file's (deploy/backends.yaml's form); processes follow within 1 s.
+    Refused where no replica of the file's active variant answers: every class would be sent to nothing."""
     try:
         declared = BackendConfig.from_file(file)
-    except (OSError, ValueError) as exc:
-        raise typer.BadParameter(str(exc), param_hint="FILE") from exc
-    config = asyncio.run(load_backends(settings_of(ctx), declared))
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise typer.BadParameter(sentence(exc), param_hint="FILE") from exc
+    settings = settings_of(ctx)
+    if not force:
+        found = asyncio.run(replicas_answering(settings, declared.variants[declared.active].replicas))
+        if all(error is not None for error in found.values()):
+            refused = VariantNotServing(declared.active, {url: error or "" for url, error in found.items()})
+            raise typer.BadParameter(f"{refused.message} (--force loads it anyway)", param_hint="FILE")
+    config = asyncio.run(load_backends(settings, declared))
     print(
         f"backends configuration version {config.version}: active {config.active}, variants {sorted(config.variants)}"
     )
+
+
+# What a command meets from outside it (a file missing, unreadable or malformed, a value out of range, a server
+# not there): said in one sentence with exit 2, as a usage error is. Anything else is a bug and keeps its traceback.
+OUTSIDE = (OSError, ValueError, yaml.YAMLError, RedisError, ServiceError)
+
+
+def sentence(exc: BaseException) -> str:
+    """An outside error as one line a person can act on."""
+    if isinstance(exc, ServiceError):
+        return exc.message
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.strerror or type(exc).__name__}: {exc.filename}"
+    if isinstance(exc, ValidationError):
+        return "; ".join(_problem(e) for e in exc.errors())
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"not valid YAML: {exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _problem(error: ErrorDetails) -> str:
+    """One of pydantic's errors: where, and our check's own sentence rather than its "Value error, ..." wrapping."""
+    message = str(error["ctx"]["error"]) if error["type"] == "value_error" and "ctx" in error else error["msg"]
+    where = ".".join(map(str, error["loc"]))
+    return f"{where}: {message}" if where else message
+
+
+def run_cli(command: Callable[[], object]) -> None:
+    """Run a Typer app as a console script: an outside error is one sentence on stderr and exit 2."""
+    try:
+        command()
+    except OUTSIDE as exc:
+        typer.echo(f"Error: {sentence(exc)}", err=True)
+        raise SystemExit(2) from None
+
+
+def main() -> None:
+    """The `classroom` console script."""
+    run_cli(app)
 
 
 def _add_plugins(group: str = "classroom.commands") -> None:

@@ -71,6 +71,18 @@ class InvalidInput(ServiceError):
     code = "invalid_input"
 
 
+class VariantNotServing(ServiceError):
+    status_code = 409
+    code = "variant_not_serving"
+
+    def __init__(self, variant: str, errors: dict[str, str]) -> None:
+        found = "; ".join(f"{url}: {error}" for url, error in errors.items()) or "it has no replica"
+        super().__init__(
+            f"Nothing was changed: no replica of the variant '{variant}' answers ({found}). "
+            "Start or fix one of its replicas, then try again; pupils stay where they are."
+        )
+
+
 class BackendUnavailable(ServiceError):
     status_code = 503
     code = "backend_unavailable"

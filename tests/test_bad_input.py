@@ -24,7 +24,7 @@ from tests.helpers import (
     signed_in_teacher,
     stored_questions,
 )
-from tests.servers import ServerThread, isolated
+from tests.servers import ServerThread, instant_fake_vllm, isolated
 
 
 def test_empty_question_is_refused_and_not_stored(teacher: httpx.Client, join: Join) -> None:
@@ -89,11 +89,27 @@ def test_dead_backend_is_a_503_within_2_seconds_and_nothing_stored_is_lost(
     ada, ben = join(classroom["join_code"], "Ada"), join(classroom["join_code"], "Ben")
     assert ask_json(ada, classroom["id"], "Before the outage?").status_code == 200
 
-    # The operator switches to a variant whose only replica is a port nothing listens on.
+    # A switch, or a canary, to a variant whose only replica is a port nothing listens on is refused, and changes
+    # nothing: the class is still answered.
     operator = httpx.Client(base_url=service, headers=operator_headers(settings), timeout=10)
-    dead = {"replicas": [f"http://127.0.0.1:{free_port()}/v1"]}
-    assert operator.put("/api/operator/backends/variants/down", json=dead).status_code == 200
-    assert operator.put("/api/operator/backends/active", json={"variant": "down"}).status_code == 200
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    assert operator.put("/api/operator/backends/variants/down", json={"replicas": [dead]}).status_code == 200
+    before = operator.get("/api/operator/backends").json()["config"]
+    for path, body in (("active", {"variant": "down"}), ("canary", {"variant": "down", "percent": 10})):
+        refused = operator.put(f"/api/operator/backends/{path}", json=body)
+        assert refused.status_code == 409, refused.text
+        assert error_of(refused)["message"].startswith(
+            f"Nothing was changed: no replica of the variant 'down' answers ({dead}: "
+        )
+        assert "pupils stay where they are" in error_of(refused)["message"]
+    assert operator.get("/api/operator/backends").json()["config"] == before
+    assert httpx.get(f"{service}/readyz").status_code == 200
+    assert ask_json(ada, classroom["id"], "Still answered?").status_code == 200
+
+    # The variant's replica answers when the operator switches, and falls over after.
+    with instant_fake_vllm() as falls_over:
+        assert operator.put("/api/operator/backends/variants/down", json={"replicas": [falls_over]}).status_code == 200
+        assert operator.put("/api/operator/backends/active", json={"variant": "down"}).status_code == 200
     try:
         for streaming in (False, True):
             began = time.monotonic()
@@ -121,9 +137,10 @@ def test_dead_backend_is_a_503_within_2_seconds_and_nothing_stored_is_lost(
     assert [(q["question"], q["status"]) for q in questions] == [
         ("Streamed?", "failed"),
         ("During the outage?", "failed"),
+        ("Still answered?", "answered"),
         ("Before the outage?", "answered"),
     ]
-    assert questions[2]["answer"]
+    assert questions[3]["answer"]
     assert ask_streaming(ada, classroom["id"], "After?").done is not None
     assert stored_questions(teacher, classroom["id"])[0]["passage_id"] == passage["id"]
 

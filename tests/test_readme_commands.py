@@ -8,7 +8,9 @@ a vLLM port of this test's own, where the block's `classroom backend start` star
 
 import os
 import re
+import socket
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,3 +145,80 @@ def test_the_cpu_rollout_recipe_writes_under_var_unless_asked_to_record() -> Non
     recorded = run(f"{where}; echo $R", env | {"OUT": "results/rollout-cpu-tiny"})
     assert trial.stdout.strip() == "var/loadtest/rollout-cpu-tiny"
     assert recorded.stdout.strip() == "results/rollout-cpu-tiny"
+
+
+# Files a command may be handed by mistake, written by the test below: name, then content.
+WRONG_FILES = {
+    "malformed.yaml": "active: [original\nvariants: {",
+    "no-such-variant.yaml": "active: nowhere\nvariants: {}\n",
+    # Port 9 (discard): nothing listens there, so the file's active variant has no replica that answers.
+    "nothing-serves.yaml": "active: original\nvariants:\n  original:\n    replicas: [http://127.0.0.1:9/v1]\n",
+}
+FILE_MISTAKES = [
+    ("backends load {tmp}/malformed.yaml", "not valid YAML: expected ',' or ']', but got ':' (line 2, column 9)"),
+    ("backends load {tmp}/no-such-variant.yaml", "the active variant 'nowhere' is not one of []"),
+    (
+        "backends load {tmp}/nothing-serves.yaml",
+        "Nothing was changed: no replica of the variant 'original' answers (http://127.0.0.1:9/v1: ",
+    ),
+    ("model prepare --size 7b", "choose one of"),
+]
+
+
+@pytest.mark.parametrize(("command", "sentence"), FILE_MISTAKES, ids=[m[0] for m in FILE_MISTAKES])
+@pytest.mark.slow  # the command line as a process
+def test_a_malformed_file_is_one_sentence_and_exit_code_2(
+    command: str, sentence: str, newcomer: dict[str, str], tmp_path: Path
+) -> None:
+    for name, content in WRONG_FILES.items():
+        (tmp_path / name).write_text(content)
+    done = run(f"classroom {command.format(tmp=tmp_path)}", newcomer)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert sentence in one_line(done.stderr), done.stderr
+
+
+@pytest.mark.slow  # the command line as a process
+def test_a_load_run_whose_requests_fail_exits_1_with_a_sentence(newcomer: dict[str, str], model_dir: Path) -> None:
+    argv = f"--url http://127.0.0.1:9/v1 --model-dir {model_dir} --requests 3 --warmup 0 --prompt-tokens 32"
+    done = run(f"classroom loadtest run {argv} --output-tokens 2 --settle-s 0 --out var/test/failed-run.json", newcomer)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert one_line(done.stderr).startswith(
+        "Error: 3 of 3 requests failed, more than --max-failed 0.01 allows (the first: connection: "
+        "ClientConnectorError: Cannot connect to host 127.0.0.1:9"
+    ), done.stderr
+
+
+@pytest.mark.slow  # the command line as a process
+def test_backend_start_refuses_a_port_that_is_taken_and_names_what_holds_it(
+    newcomer: dict[str, str], model_dir: Path
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = newcomer | {"CLASSROOM_BACKEND__BASE_URL": f"http://127.0.0.1:{port}/v1"}
+        done = run(f"classroom backend start --model-dir {model_dir}", env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"port {port} is taken (pid {os.getpid()}: " in one_line(done.stderr), done.stderr
+
+
+@pytest.mark.slow  # the command line as a process
+def test_backend_stop_stops_what_backend_start_left_on_any_port(newcomer: dict[str, str], tmp_path: Path) -> None:
+    # A process in a group of its own, recorded as `backend start` records the vLLM it leaves running.
+    left = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    reaper = threading.Thread(target=left.wait, daemon=True)  # reaped as it ends: a zombie would look alive
+    reaper.start()
+    port = free_port()
+    env = newcomer | {"CLASSROOM_STATE_DIR": str(tmp_path)}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / f"vllm-{port}.pid").write_text(str(left.pid))
+    try:
+        done = run("classroom backend stop", env)  # the settings name another port
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.strip() == f"vLLM on port {port} stopped"
+        reaper.join(timeout=30)
+        assert left.returncode is not None
+    finally:
+        left.kill()

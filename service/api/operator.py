@@ -118,15 +118,20 @@ async def backends(_: OperatorAuth, services: ServicesDep) -> BackendsOut:
     return await _backends(services.fleet, services.store)
 
 
-@router.put("/backends/active", responses=errors(*JSON_BODY))
+@router.put("/backends/active", responses=errors(*JSON_BODY, 409))
 async def switch(body: ChooseVariant, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
-    """New questions go to this variant; answers already streaming finish where they started."""
+    """New questions go to this variant, once one of its replicas answers a probe (409 otherwise); answers
+    already streaming finish where they started."""
+    await services.fleet.check_serving(body.variant)
     return await _change(services, lambda config: config.with_active(body.variant))
 
 
-@router.put("/backends/canary", responses=errors(*JSON_BODY))
+@router.put("/backends/canary", responses=errors(*JSON_BODY, 409))
 async def set_canary(body: Canary, _: OperatorAuth, services: ServicesDep) -> BackendsOut:
-    """Send this share of pupils (by a hash of their id: each stays on one variant) to another variant."""
+    """Send this share of pupils (by a hash of their id: each stays on one variant) to another variant, once one
+    of its replicas answers a probe (409 otherwise)."""
+    if body.percent > 0:
+        await services.fleet.check_serving(body.variant)
     return await _change(services, lambda config: config.with_canary(body))
 
 

@@ -33,6 +33,12 @@ async def class_page(
     return templates.TemplateResponse(request, "class.html", context)
 
 
+@router.get("/docs", response_class=HTMLResponse)
+async def api_docs(request: Request, templates: TemplatesDep) -> Response:
+    """The API's reference (Swagger UI on the service's own OpenAPI schema), from the service's own files."""
+    return templates.TemplateResponse(request, "api_docs.html", {"openapi_url": request.app.openapi_url})
+
+
 @router.get("/operator", response_class=HTMLResponse)
 async def operator_page(request: Request, templates: TemplatesDep) -> Response:
     """The console itself asks for the operator token and sends it with every call; the page holds no data."""

@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 from redis.exceptions import RedisError
 
-from service.backends.replica_http import ReplicaError, ReplicaHttp, ReplicaNotAnswering
+from service.backends.replica_http import AiohttpTransport, ReplicaError, ReplicaHttp, ReplicaNotAnswering
 from service.backends.routing import Router, gateway_headers
 from service.backends.vllm_metrics import VllmFigures, parse_vllm_metrics, started_at
+from service.errors import VariantNotServing
 from service.records import BackendConfig
 from service.settings import Settings, root_url
 from service.store import Store, open_store
@@ -160,6 +161,18 @@ class Fleet:
             await self._changed()
         return self.config
 
+    async def check_serving(self, variant: str) -> None:
+        """Before an operator sends pupils to `variant`: each of its replicas probed now, and VariantNotServing
+        unless one passes. A variant the configuration does not name is left to the change's own check."""
+        declared = self.config.variants.get(variant)
+        if declared is None:
+            return
+        await asyncio.gather(*(self._probe(url) for url in declared.replicas))
+        self._probed(list(declared.replicas))
+        states = [self.replicas[url] for url in declared.replicas]
+        if not any(state.healthy for state in states):
+            raise VariantNotServing(variant, {state.url: state.error or "not healthy" for state in states})
+
     # Background work
 
     async def _follow_config(self) -> None:
@@ -274,6 +287,24 @@ async def shared_backends(settings: Settings) -> BackendConfig | None:
     """For the command line: the configuration in Redis, if the service has seeded it."""
     async with open_store(settings.redis.url) as store:
         return await store.backend_config()
+
+
+async def replicas_answering(settings: Settings, urls: list[str]) -> dict[str, str | None]:
+    """For the command line: each replica's /health now, None where it answers, else why not."""
+    transport = AiohttpTransport(settings.backend)
+    http = ReplicaHttp(transport, settings.backend, settings.routing.probe_timeout_s)
+
+    async def health(url: str) -> str | None:
+        try:
+            reply = await http.probe(f"{root_url(url)}/health")
+        except ReplicaError as exc:
+            return str(exc) or type(exc).__name__
+        return None if reply.ok else f"/health answered {reply.status}"
+
+    try:
+        return dict(zip(urls, await asyncio.gather(*(health(url) for url in urls)), strict=True))
+    finally:
+        await transport.close()
 
 
 async def load_backends(settings: Settings, declared: BackendConfig) -> BackendConfig:

@@ -11,7 +11,7 @@ from service.cli import settings_of
 from service.local import capacity as cap
 from service.local.model.prepare import announce, prepare_model
 from service.local.model.small import SmallModelFailed
-from service.local.processes import stop_pidfile
+from service.local.processes import port_holder, stop_pidfile
 from service.local.stack import run_stack
 from service.local.vllm_server import server as vllm_server
 from service.local.vllm_server.flags import detect_device, serve_env, serve_flags
@@ -90,17 +90,28 @@ def backend_start(
             f"{folder} holds no model (no config.json): make one with `classroom model prepare --dest {folder}`",
             param_hint="--model-dir",
         )
-    device = detect_device(settings.backend.device)
-    ensure_vllm_venv(settings.backend.venv, device)
+    backend = settings.backend
+    holder = port_holder(backend.host, backend.port)
+    if holder is not None:
+        raise typer.BadParameter(
+            f"port {backend.port} is taken ({holder}): stop that (`classroom backend stop` stops what it started) "
+            "or choose another port (CLASSROOM_BACKEND__BASE_URL)",
+            param_hint="CLASSROOM_BACKEND__BASE_URL",
+        )
+    device = detect_device(backend.device)
+    ensure_vllm_venv(backend.venv, device)
     process = vllm_server.start_vllm(settings, folder, device, pid_file=True)
     print(f"vLLM (pid {process.pid}) serves {settings.backend.base_url}; log: {process.log_path}")
 
 
 @backend_app.command("stop")
 def backend_stop(ctx: typer.Context) -> None:
-    """Stop the vLLM that `classroom backend start` left running."""
-    stopped = stop_pidfile(vllm_server.pid_path(settings_of(ctx)))
-    print("vLLM stopped" if stopped else "no vLLM started by `classroom backend start` is running")
+    """Stop every vLLM that `classroom backend start` left running, whatever port it was started on."""
+    stopped = [path for path in vllm_server.pid_paths(settings_of(ctx)) if stop_pidfile(path)]
+    for path in stopped:
+        print(f"vLLM on port {vllm_server.port_of(path)} stopped")
+    if not stopped:
+        print("no vLLM started by `classroom backend start` is running")
 
 
 @backend_app.command("flags")

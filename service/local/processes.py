@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO
 
 import httpx
+import psutil
 
 POLL_S = 0.5
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -27,6 +28,24 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def port_holder(host: str, port: int) -> str | None:
+    """What listens on `host:port` now ("pid 123: vllm serve ..." where this user may see it), or None if nothing
+    does: a server started there would die while the one already there answered in its place."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed connection's TIME_WAIT is no holder
+        try:
+            probe.bind((host, port))
+            return None
+        except OSError:
+            pass
+    with contextlib.suppress(psutil.Error):
+        for held in psutil.net_connections(kind="tcp"):
+            if held.status == psutil.CONN_LISTEN and held.laddr and held.laddr.port == port and held.pid:
+                with contextlib.suppress(psutil.Error):
+                    return f"pid {held.pid}: {' '.join(psutil.Process(held.pid).cmdline())[:120]}"
+    return "a process this user cannot see"
 
 
 def answers_ok(url: str, timeout_s: float = 2.0) -> bool:

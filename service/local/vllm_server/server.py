@@ -31,6 +31,15 @@ def pid_path(settings: Settings) -> Path:
     return settings.state_dir / "run" / f"vllm-{settings.backend.port}.pid"
 
 
+def pid_paths(settings: Settings) -> list[Path]:
+    """The pid files of every vLLM `classroom backend start` left running, on any port."""
+    return sorted((settings.state_dir / "run").glob("vllm-*.pid"))
+
+
+def port_of(path: Path) -> int:
+    return int(path.stem.removeprefix("vllm-"))
+
+
 def start_vllm(
     settings: Settings, model_dir: Path, device: Device, *, pid_file: bool = False, die_with_parent: bool = False
 ) -> ManagedProcess:
