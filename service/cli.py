@@ -15,6 +15,7 @@ import typer
 import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from service.backends.fleet import load_backends, replicas_answering, shared_backends
@@ -64,6 +65,7 @@ def teacher_add(
             prompt=True,
             confirmation_prompt=True,
             hide_input=True,
+            show_default=False,  # else the prompt reads "Password []:"
             envvar="CLASSROOM_NEW_TEACHER_PASSWORD",
             help="asked for when not given",
         ),
@@ -117,6 +119,8 @@ def sentence(exc: BaseException) -> str:
     """An outside error as one line a person can act on."""
     if isinstance(exc, ServiceError):
         return exc.message
+    if isinstance(exc, RedisConnectionError):
+        return f"Redis cannot be reached ({exc}): is it running where CLASSROOM_REDIS__URL says?"
     if isinstance(exc, OSError) and exc.filename is not None:
         return f"{exc.strerror or type(exc).__name__}: {exc.filename}"
     if isinstance(exc, ValidationError):

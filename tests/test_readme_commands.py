@@ -163,6 +163,12 @@ FILE_MISTAKES = [
     ),
     ("model prepare --size 7b", "choose one of"),
 ]
+# Each with the settings naming a Redis that is not there (port 9: nothing listens).
+NO_REDIS = "Redis cannot be reached (Error 111 connecting to 127.0.0.1:9."
+FILE_MISTAKES += [
+    (f"{command} # no Redis", NO_REDIS)
+    for command in ("backends show", "teacher add a@school.example --password pw-long-enough")
+]
 
 
 @pytest.mark.parametrize(("command", "sentence"), FILE_MISTAKES, ids=[m[0] for m in FILE_MISTAKES])
@@ -172,7 +178,8 @@ def test_a_malformed_file_is_one_sentence_and_exit_code_2(
 ) -> None:
     for name, content in WRONG_FILES.items():
         (tmp_path / name).write_text(content)
-    done = run(f"classroom {command.format(tmp=tmp_path)}", newcomer)
+    env = newcomer | {"CLASSROOM_REDIS__URL": "redis://127.0.0.1:9/0"} if command.endswith("# no Redis") else newcomer
+    done = run(f"classroom {command.format(tmp=tmp_path)}", env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert sentence in one_line(done.stderr), done.stderr
