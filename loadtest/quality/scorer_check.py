@@ -90,8 +90,25 @@ def agreement(judged: list[Judged]) -> Agreement:
     )
 
 
-def judge(rubrics: Rubrics, items: Iterable[tuple[str, str, str, bool, str]]) -> list[Judged]:
-    """(title, question, answer, teacher's verdict, kind) -> the scorer's verdict beside the teacher's."""
+# An answer as both sets give it: passage title, question, answer, the teacher's verdict, and its kind (the label a
+# teacher gave, or the trap it was written as).
+Row = tuple[str, str, str, bool, str]
+
+
+def verdict_rows(labelled: Path = LABELLED, adversarial: Path = ADVERSARIAL) -> dict[str, list[Row]]:
+    """Both sets' answers, each with the teacher's verdict."""
+    return {
+        "labelled": [
+            (a.title, a.question, a.answer, a.teacher_passes, str(a.label)) for a in load_labelled(labelled).answers
+        ],
+        "adversarial": [
+            (a.title, a.question, a.answer, a.passes, a.kind) for a in load_adversarial(adversarial).answers
+        ],
+    }
+
+
+def judge(rubrics: Rubrics, items: Iterable[Row]) -> list[Judged]:
+    """Each answer's verdict by the rule scorer, beside the teacher's."""
     scorer = Scorer(rubrics)
     out = []
     for title, question, answer, teacher, kind in items:
@@ -113,16 +130,16 @@ def check(
     rubrics: Rubrics | None = None, labelled: Path = LABELLED, adversarial: Path = ADVERSARIAL
 ) -> dict[str, dict[str, Agreement]]:
     rubrics = rubrics or load_rubrics()
-    teacher = load_labelled(labelled).answers
-    written = load_adversarial(adversarial).answers
-    return {
-        "labelled": by_part(
-            rubrics, judge(rubrics, ((a.title, a.question, a.answer, a.teacher_passes, a.label) for a in teacher))
-        ),
-        "adversarial": by_part(
-            rubrics, judge(rubrics, ((a.title, a.question, a.answer, a.passes, a.kind) for a in written))
-        ),
-    }
+    return {name: by_part(rubrics, judge(rubrics, rows)) for name, rows in verdict_rows(labelled, adversarial).items()}
+
+
+def _figures(a: Agreement) -> str:
+    """A table row's cells from the answers' count on."""
+    kappa = f"{a.kappa:.2f}" if a.kappa is not None else "-"
+    return (
+        f"{a.answers} | {a.agreement:.1%} | {a.always_fail:.1%} | {kappa} | "
+        f"{a.wrong_passed} of {a.wrong} | {a.right_failed} of {a.right} |"
+    )
 
 
 def table(results: dict[str, dict[str, Agreement]]) -> str:
@@ -131,12 +148,7 @@ def table(results: dict[str, dict[str, Agreement]]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, parts in results.items():
-        for part, a in parts.items():
-            kappa = f"{a.kappa:.2f}" if a.kappa is not None else "-"
-            lines.append(
-                f"| {name} | {part} | {a.answers} | {a.agreement:.1%} | {a.always_fail:.1%} | {kappa} | "
-                f"{a.wrong_passed} of {a.wrong} | {a.right_failed} of {a.right} |"
-            )
+        lines += [f"| {name} | {part} | {_figures(a)}" for part, a in parts.items()]
     return "\n".join(lines)
 
 
@@ -162,17 +174,9 @@ def check_judge(
 
     rubrics = rubrics or load_rubrics()
     held_out = {p.title for p in rubrics.passages if p.part == "held_out"}
-    sets: dict[str, list[tuple[str, str, str, bool, str]]] = {
-        "labelled": [
-            (a.title, a.question, a.answer, a.teacher_passes, str(a.label))
-            for a in load_labelled(labelled).answers
-            if a.title in held_out
-        ][:limit],
-        "adversarial": [
-            (a.title, a.question, a.answer, a.passes, a.kind)
-            for a in load_adversarial(adversarial).answers
-            if a.title in held_out
-        ][:limit],
+    sets = {
+        name: [row for row in rows if row[0] in held_out][:limit]
+        for name, rows in verdict_rows(labelled, adversarial).items()
     }
     items = [(*rubrics.find(title, question), answer) for rows in sets.values() for title, question, answer, *_ in rows]
     verdicts = judge_all(endpoint, items)
@@ -204,9 +208,5 @@ def judge_table(result: JudgeCheck) -> str:
         ("the teacher, adversarial", result.adversarial),
         ("the rule scorer, both", result.with_scorer),
     ):
-        kappa = f"{a.kappa:.2f}" if a.kappa is not None else "-"
-        lines.append(
-            f"| {name} | {a.answers} | {a.agreement:.1%} | {a.always_fail:.1%} | {kappa} | "
-            f"{a.wrong_passed} of {a.wrong} | {a.right_failed} of {a.right} |"
-        )
+        lines.append(f"| {name} | {_figures(a)}")
     return "\n".join(lines)
