@@ -229,3 +229,10 @@ def test_backend_stop_stops_what_backend_start_left_on_any_port(newcomer: dict[s
         assert left.returncode is not None
     finally:
         left.kill()
+
+
+def test_compress_fp8_names_a_missing_source_before_it_installs_anything(newcomer: dict[str, str]) -> None:
+    done = run("deploy/scripts/compress-fp8.sh var/models/nothing-here var/test/fp8-never", newcomer)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == "" and "Traceback" not in done.stderr  # nothing installed, nothing run
+    assert done.stderr.startswith("compress-fp8.sh: var/models/nothing-here holds no model (no config.json)")

@@ -7,6 +7,12 @@
 source "$(dirname "$0")/lib.sh"
 src=${1:-$MODELS/original}
 dst=${2:-$MODELS/fp8}
+# Checked before the 1.5 GB install: `make run`'s model is var/models/default, not this script's default.
+if [ ! -f "$src/config.json" ]; then
+  echo "compress-fp8.sh: $src holds no model (no config.json); name the folder to copy, e.g." \
+    "deploy/scripts/compress-fp8.sh var/models/default var/models/fp8" >&2
+  exit 2
+fi
 venv=${FP8_VENV:-$ROOT/.venv-fp8}
 requirements=$ROOT/deploy/fp8/requirements.txt
 
