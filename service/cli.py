@@ -6,15 +6,14 @@ neither, so its image, which installs neither's dependencies, still starts and s
 """
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
 from pydantic import ValidationError
-from pydantic_core import ErrorDetails
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
@@ -131,7 +130,7 @@ def sentence(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _problem(error: ErrorDetails) -> str:
+def _problem(error: Mapping[str, Any]) -> str:
     """One of pydantic's errors: where, and our check's own sentence rather than its "Value error, ..." wrapping."""
     message = str(error["ctx"]["error"]) if error["type"] == "value_error" and "ctx" in error else error["msg"]
     where = ".".join(map(str, error["loc"]))
