@@ -1,5 +1,5 @@
 # The two commands of the README. Both set up whatever is missing first, so a fresh clone needs nothing else.
-#   make run    Redis, vLLM, the API and the pages on 127.0.0.1
+#   make run    Redis, vLLM, the API and the pages on 127.0.0.1 (FP8=1: and the model's FP8 copy on a second vLLM)
 #   make test   ruff, mypy and pytest, on a real Redis and a real vLLM serving the tiny stand-in
 
 PYTHON ?= python3.11
@@ -12,8 +12,9 @@ APT_PACKAGES := redis-server chromium nginx-light prometheus shellcheck
 
 .PHONY: run test test-busy test-fp8 setup system-packages lint
 
+# FP8=1: the model's FP8 copy too, on a second vLLM, as the variant an operator can switch to.
 run: setup
-	$(BIN)/classroom up
+	$(BIN)/classroom up $(if $(filter 1,$(FP8)),--fp8)
 
 # Coverage of service/ and loadtest/, in the tests' child processes too (pyproject's [tool.coverage.run]);
 # files at 100% left out of the table.

@@ -201,7 +201,7 @@ def start_services(count: int, env: dict[str, str], hosts: Path | None) -> list[
         started.append((process, f"http://127.0.0.1:{port}"))
     try:
         for process, url in started:
-            process.wait_until(functools.partial(answers_ok, f"{url}/readyz"), 90)
+            process.wait_until(functools.partial(answers_ok, f"{url}/readyz?answering=true"), 90)
     except Exception:
         for process, _ in started:
             process.stop()

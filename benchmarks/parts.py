@@ -112,5 +112,5 @@ def serve(
     process = ManagedProcess("service", [CLASSROOM, "serve"], STATE / "logs" / f"service-{port}.log", env=env)
     process.start()
     url = f"http://127.0.0.1:{port}"
-    process.wait_until(lambda: answers_ok(f"{url}/readyz"), 60)
+    process.wait_until(lambda: answers_ok(f"{url}/readyz?answering=true"), 60)
     return process, url

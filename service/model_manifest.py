@@ -53,6 +53,15 @@ class ModelManifest(BaseModel):
     def context(self) -> int:
         return self.max_model_len or PRODUCT_CONTEXT
 
+    @property
+    def name(self) -> str:
+        """A few words for a list of variants: which model, and whether its words are real."""
+        if self.kind == "hub":
+            return self.repo or PRODUCT_NAME
+        if self.kind == "small":
+            return f"{self.repo} (a small real model, not Qwen2.5)"
+        return f"the offline stand-in of Qwen2.5-{self.size.upper()} (random weights: gibberish)"
+
     def describe(self) -> str:
         said = self._describe()
         return f"{said}; this copy quantized: {self.quantization}" if self.quantization else said

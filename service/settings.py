@@ -85,6 +85,10 @@ class ModelSettings(BaseModel):
     # real model where it is not: for figures that must have the product's shapes (speed, memory, capacity).
     standin: bool = False
     seed: int = 0
+    # `classroom up` also serves an FP8_DYNAMIC copy of `dir` (made once by deploy/scripts/compress-fp8.sh and
+    # kept in `fp8_dir`) on `backend.fp8_base_url`, as the variant `fp8` beside `original`: `make run FP8=1`.
+    fp8: bool = False
+    fp8_dir: Path = Path("var/models/fp8")
 
     def resolved_size(self, on_gpu: bool, hub: bool) -> ModelSize:
         """The model to prepare, given the hardware and whether the hub answers."""
@@ -97,6 +101,8 @@ class ModelSettings(BaseModel):
 
 class BackendSettings(BaseModel):
     base_url: str = "http://127.0.0.1:8100/v1"
+    # Where `classroom up` serves the FP8 copy when `model.fp8` is set (deploy/backends.yaml's fp8 replica).
+    fp8_base_url: str = "http://127.0.0.1:8101/v1"
     # The name vLLM serves the model under; unset: the model folder's own (its classroom-model.json: the product's
     # "Qwen/Qwen2.5-1.5B-Instruct" for Qwen2.5 and its stand-ins, the small real model its own): `Settings.served_name`.
     served_model_name: str | None = None

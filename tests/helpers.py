@@ -265,7 +265,7 @@ def metric_samples(text: str, classroom_id: str) -> dict[tuple[str, str], float]
 
 def answers_readyz(url: str) -> bool:
     """The service at `url` says it can answer (Redis and vLLM reachable)."""
-    return answers_ok(f"{url}/readyz")
+    return answers_ok(f"{url}/readyz?answering=true")
 
 
 def requests_asking_for(vllm_metrics: dict[str, list[tuple[dict[str, str], float]]], low: int, high: int) -> float:

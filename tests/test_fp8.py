@@ -14,7 +14,7 @@ from safetensors import safe_open
 
 from service.local import capacity as cap
 from service.local.processes import free_port
-from service.model_manifest import MANIFEST
+from service.model_manifest import read_manifest
 from service.settings import Settings
 from tests.deploy_scripts import SCRIPTS, run, script_env
 from tests.figures import report
@@ -55,8 +55,13 @@ def test_the_copy_is_fp8_dynamic_with_lm_head_kept_and_the_same_tokenizer(models
     assert linear and all(dtypes[name] == "F8_E4M3" and f"{name}_scale" in dtypes for name in linear)
     assert dtypes["model.embed_tokens.weight"] == "BF16"  # tied to lm_head, which stays as it was
 
-    for name in (*TOKENIZER_FILES, MANIFEST):
+    for name in TOKENIZER_FILES:
         assert (fp8 / name).read_bytes() == (original / name).read_bytes(), name
+    # The copy's manifest is the original's (the same served name and context), with the quantization named.
+    copy, source = read_manifest(fp8), read_manifest(original)
+    assert copy is not None and source is not None and copy.quantization is not None
+    assert copy.model_copy(update={"quantization": None}) == source
+    assert "this copy quantized: FP8_DYNAMIC by llmcompressor 0.14" in copy.describe()
 
     sizes = {v: cap.ModelFacts.from_dir(folder / v).weight_bytes for v in ("original", "fp8")}
     assert sizes["fp8"] < sizes["original"]

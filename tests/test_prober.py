@@ -42,7 +42,7 @@ def prober_pid(client: redis.Redis) -> int | None:
 
 
 def ready(service: RunningService) -> int:
-    return httpx.get(f"{service.url}/readyz", timeout=5).status_code
+    return httpx.get(f"{service.url}/readyz?answering=true", timeout=5).status_code
 
 
 def test_one_process_probes_for_all_and_another_takes_over_when_it_is_killed(settings: Settings) -> None:

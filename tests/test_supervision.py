@@ -2,14 +2,10 @@
 killer ends it), everything stops if it keeps dying, and Redis and vLLM never outlive the stack however it ends
 (PR_SET_PDEATHSIG): Ctrl-C, SIGTERM or SIGKILL. Each test runs a real `classroom up` on ports of its own."""
 
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -20,11 +16,10 @@ from service.local.processes import answers_ok, free_port
 from service.local.stack import MOST_RESTARTS
 from tests.figures import report
 from tests.helpers import eventually
-from tests.servers import STATE, TINY_MODEL, Vllm
+from tests.local_stack import classroom_up
+from tests.servers import Vllm
 
 pytestmark = pytest.mark.slow  # a stack of its own: Redis, the service, and in one test vLLM
-
-CLASSROOM = str(Path(sys.executable).with_name("classroom"))
 
 
 def seconds_until(check: Callable[[], bool], what: str, timeout_s: float) -> float:
@@ -32,64 +27,6 @@ def seconds_until(check: Callable[[], bool], what: str, timeout_s: float) -> flo
     began = time.monotonic()
     eventually(check, what, timeout_s)
     return time.monotonic() - began
-
-
-class Stack:
-    def __init__(self, process: subprocess.Popen[bytes], api_port: int, log: Path) -> None:
-        self.process = process
-        self.url = f"http://127.0.0.1:{api_port}"
-        self.log = log
-
-    def children(self) -> dict[str, psutil.Process]:
-        """The stack's own children by what they are: redis, vllm, service."""
-        found = {}
-        for child in psutil.Process(self.process.pid).children():
-            try:
-                command = " ".join(child.cmdline())
-            except psutil.Error:  # gone, or a zombie not reaped yet: not running any more
-                continue
-            kind = "redis" if "redis-server" in command else "service" if command.endswith(" serve") else "vllm"
-            found[kind] = child
-        return found
-
-    def ready(self) -> bool:
-        return answers_ok(f"{self.url}/readyz")
-
-
-@contextmanager
-def classroom_up(backend_url: str) -> Iterator[Stack]:
-    """`classroom up` with a Redis of its own; it starts vLLM too unless one already serves `backend_url`."""
-    api_port = free_port()
-    state = STATE / f"up-{api_port}"
-    env = dict(os.environ) | {
-        "CLASSROOM_STATE_DIR": str(state),
-        "CLASSROOM_REDIS__URL": f"redis://127.0.0.1:{free_port()}/0",
-        "CLASSROOM_BACKEND__BASE_URL": backend_url,
-        "CLASSROOM_MODEL__DIR": str(TINY_MODEL),
-        "CLASSROOM_MODEL__SIZE": "tiny",
-        "CLASSROOM_MODEL__STANDIN": "true",
-        "CLASSROOM_API__PORT": str(api_port),
-        "CLASSROOM_API__WORKERS": "1",
-    }
-    log = STATE / "logs" / f"classroom-up-{api_port}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as out:
-        process = subprocess.Popen([CLASSROOM, "up"], env=env, stdout=out, stderr=subprocess.STDOUT)
-    stack = Stack(process, api_port, log)
-    everything: list[psutil.Process] = []
-    try:
-        eventually(lambda: stack.ready() or process.poll() is not None, "classroom up was ready (or ended)", 300)
-        assert process.poll() is None, log.read_text()
-        everything = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
-        yield stack
-    finally:
-        process.kill()
-        process.wait()
-        for left in everything:  # whatever a failed test left behind
-            try:
-                left.kill()
-            except psutil.NoSuchProcess:
-                pass
 
 
 def gone(processes: list[psutil.Process]) -> Callable[[], bool]:

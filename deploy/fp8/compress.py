@@ -9,8 +9,10 @@ usage: python deploy/fp8/compress.py SRC_MODEL_DIR DST_DIR
 """
 
 import argparse
+import json
 import shutil
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 from llmcompressor import oneshot
@@ -21,6 +23,9 @@ from transformers import AutoModelForCausalLM
 # as it is. transformers re-serialises a tokenizer it saves (5.x flips `ignore_merges` in tokenizer.json),
 # and both variants must count tokens exactly alike, so the tokenizer travels byte for byte.
 REWRITTEN = ("config.json", "model.safetensors.index.json")
+# The model folder's manifest (service/model_manifest.py): the copy's says what it is, its other fields the
+# source's (the same served name, context and tokenizer: both variants answer as one model to clients).
+MANIFEST = "classroom-model.json"
 
 
 def recipe() -> QuantizationModifier:
@@ -31,6 +36,18 @@ def safetensors_size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
 
 
+def describe_copy(src: Path, dst: Path) -> None:
+    """The source's manifest, with the quantization named; nothing where the source has none."""
+    manifest = src / MANIFEST
+    if manifest.is_file():
+        said = json.loads(manifest.read_text())
+        said["quantization"] = (
+            f"FP8_DYNAMIC by llmcompressor {version('llmcompressor')} (Linear weights in e4m3 with a scale per "
+            "output channel, activations per token at run time, lm_head kept)"
+        )
+        (dst / MANIFEST).write_text(json.dumps(said, indent=2) + "\n")
+
+
 def compress(src: Path, dst: Path) -> None:
     if dst.exists():
         shutil.rmtree(dst)
@@ -39,8 +56,9 @@ def compress(src: Path, dst: Path) -> None:
     model.save_pretrained(dst, save_compressed=True)
     for path in src.iterdir():
         if path.is_file() and not path.name.startswith(".") and path.suffix != ".safetensors":
-            if path.name not in REWRITTEN:
+            if path.name not in (*REWRITTEN, MANIFEST):
                 shutil.copy2(path, dst / path.name)
+    describe_copy(src, dst)
 
 
 def main() -> None:

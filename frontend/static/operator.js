@@ -39,6 +39,12 @@ function showBackends(b) {
   const canary = b.config.canary ? `; canary: ${b.config.canary.variant} for ${b.config.canary.percent} % of pupils` : "; no canary";
   $("backend-status").textContent = `Active: ${b.config.active}${canary} (configuration version ${b.config.version}).`;
   shownVersion = b.config.version;
+  // A variant that fell over after the switch: said here, while each pupil's question gets a 503 with a sentence.
+  const serving = b.replicas.filter((r) => r.variants.includes(b.config.active) && r.healthy);
+  $("backend-down").textContent = serving.length ? "" :
+    `No replica of the active variant ${b.config.active} is healthy: pupils' questions get "cannot be reached right now". Switch to a variant that answers, or start one of its replicas.`;
+  $("variant-list").replaceChildren(...names.map((n) =>
+    el("li", { text: `${n}: ${b.config.variants[n].description || "(no description in the configuration)"}` })));
   $("replicas").replaceChildren(
     ...b.replicas.map((r) => {
       const v = r.vllm;

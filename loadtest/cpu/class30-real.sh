@@ -14,7 +14,7 @@ setsid $CLASSROOM up > "$R/up.log" 2>&1 < /dev/null &
 up=$!
 trap 'kill -TERM -- -$up 2>/dev/null || true; wait $up 2>/dev/null || true' EXIT
 for _ in $(seq 1 1800); do
-  curl -sf "http://127.0.0.1:$CLASSROOM_API__PORT/readyz" > /dev/null && break
+  curl -sf "http://127.0.0.1:$CLASSROOM_API__PORT/readyz?answering=true" > /dev/null && break
   sleep 0.2
 done
 for round in $(seq 0 "${ROUNDS:-2}"); do

@@ -105,7 +105,7 @@ start_service() {  # PORT BACKEND_PORT REDIS_DB [NAME=VALUE of the lever...]
   # shellcheck disable=SC2046
   env $(service_env "$1" "$2" "$3") "${@:4}" setsid python3 -c "from service.cli import app; app()" serve > "$log" 2>&1 < /dev/null &
   for _ in $(seq 1 600); do
-    python3 -c "import urllib.request as u,sys; u.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$1/readyz" 2>/dev/null \
+    python3 -c "import urllib.request as u,sys; u.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$1/readyz?answering=true" 2>/dev/null \
       && { echo "service on $1 ready (vLLM on $2)"; return 0; }
     sleep 0.1
   done
@@ -282,7 +282,7 @@ decision-runs)
     -o "$R/pyspy-service-bursts.txt" -- python3 -c "from service.cli import app; app()" serve > "$GPU_LOGS/service-8093.log" 2>&1 < /dev/null &
   spy=$!
   for _ in $(seq 1 600); do
-    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8093/readyz', timeout=2)" 2>/dev/null && break
+    python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8093/readyz?answering=true', timeout=2)" 2>/dev/null && break
     sleep 0.1
   done
   for round in 0 1 2; do one original 8093 8000 profiled-burst-1 "${burst[@]}" --classes 1; done
@@ -328,7 +328,7 @@ service-prepare)
   ;;
 service-levers)
   began=$(date +%s)
-  if ! python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8091/readyz', timeout=2)" 2>/dev/null; then
+  if ! python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8091/readyz?answering=true', timeout=2)" 2>/dev/null; then
     start_redis
     tok=CLASSROOM_BACKEND__PROMPT_FORMAT=token_ids off=CLASSROOM_TURNS__MAX_IN_FLIGHT_PER_REPLICA=0
     start_service 8091 8002 2 "$off"

@@ -1,8 +1,10 @@
 """Liveness and readiness, for people and for orchestrators' probes, and Prometheus' scrape of the service's metrics
 (service.telemetry.prometheus) over all its worker processes."""
 
+from typing import Annotated
+
 import anyio
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from redis.exceptions import RedisError
@@ -23,9 +25,15 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
-async def readyz(services: ServicesDep) -> JSONResponse:
-    """Redis answers and a replica of the active variant serves our model (as last probed): only then
-    can a question be answered."""
+async def readyz(
+    services: ServicesDep,
+    answering: Annotated[
+        bool, Query(description="also require a healthy replica of the active variant (for scripts that ask next)")
+    ] = False,
+) -> JSONResponse:
+    """The process can serve: Redis answers. Whether a replica of the active variant serves our model (as last
+    probed) is said beside it, and decides only with `answering=true`: a backend down is the whole fleet's, not
+    this pod's, so it takes no pod out of an ingress (pages, the console and per-question 503s stay served)."""
     try:
         # The client retries through a Redis restart for seconds; a probe wants an answer now.
         with anyio.fail_after(PROBE_TIMEOUT_S):
@@ -43,7 +51,7 @@ async def readyz(services: ServicesDep) -> JSONResponse:
         backend = f"no healthy replica of the active variant '{active}' ({errors})"
     model = services.model.describe() if services.model else "unknown (no classroom-model.json)"
     body = Readiness(redis=redis, backend=backend, model=model)
-    ready = redis == "ok" and backend == "ok"
+    ready = redis == "ok" and (backend == "ok" or not answering)
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 

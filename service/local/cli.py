@@ -37,9 +37,17 @@ def _size(value: str) -> ModelSize:
 
 
 @app.command()
-def up(ctx: typer.Context) -> None:
-    """Redis, vLLM and the service on this machine, with the model the settings name."""
-    run_stack(settings_of(ctx), print)
+def up(
+    ctx: typer.Context,
+    fp8: Annotated[
+        bool, typer.Option("--fp8", help="also serve the model's FP8_DYNAMIC copy, as the variant fp8 (model.fp8)")
+    ] = False,
+) -> None:
+    """Redis, vLLM and the service on this machine, with the model the settings name (and its FP8 copy)."""
+    settings = settings_of(ctx)
+    if fp8:
+        settings = settings.model_copy(update={"model": settings.model.model_copy(update={"fp8": True})})
+    run_stack(settings, print)
 
 
 @model_app.command("prepare")

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from service.classroom.accounts import Accounts
+from service.local.model.fp8 import current_copy, prepare_fp8_copy
 from service.local.model.prepare import announce, hub_reachable, prepare_model
 from service.local.processes import ManagedProcess, ProcessFailed, answers_ok
 from service.local.redis_server import is_ready as redis_ready
@@ -23,6 +24,8 @@ from service.local.redis_server import start_redis
 from service.local.vllm_server import server as vllm_server
 from service.local.vllm_server.flags import detect_device
 from service.local.vllm_server.venv import ensure_vllm_venv
+from service.model_manifest import ModelManifest
+from service.records import BackendConfig, Variant
 from service.settings import PLACEHOLDER_SECRET, Settings
 from service.store import open_store
 
@@ -45,18 +48,62 @@ def _ensure_redis(settings: Settings, stack: ExitStack, say: Callable[[str], Non
     say(f"Redis: started on port {settings.redis.port}, append-only file in {data_dir}")
 
 
-def _ensure_vllm(settings: Settings, stack: ExitStack, say: Callable[[str], None]) -> None:
+def _ensure_vllm(
+    settings: Settings, model_dir: Path, stack: ExitStack, say: Callable[[str], None], variant: str = "original"
+) -> None:
+    """vLLM serving `model_dir` on `settings.backend.base_url` (the variant `variant`), unless one serves there."""
     backend = settings.backend
     if vllm_server.is_ready(backend.root_url):
-        say(f"vLLM: using the server already at {backend.root_url}")
+        say(f"vLLM ({variant}): using the server already at {backend.root_url}")
         return
     device = detect_device(backend.device)
     if ensure_vllm_venv(backend.venv, device):
         say(f"vLLM: installed into {backend.venv}")
-    say(f"vLLM: starting on {device.upper()} (log: {settings.state_dir / 'logs'}); this takes about a minute")
-    process = vllm_server.start_vllm(settings, settings.model.dir, device, die_with_parent=True)
+    say(f"vLLM ({variant}): starting on {device.upper()} (log: {settings.state_dir / 'logs'}); about a minute")
+    process = vllm_server.start_vllm(settings, model_dir, device, die_with_parent=True)
     stack.callback(process.stop)
-    say(f"vLLM: ready at {backend.base_url}, serving as {settings.served_name()}")
+    say(f"vLLM ({variant}): ready at {backend.base_url}, serving {model_dir} as {settings.served_name(model_dir)}")
+
+
+def _on_fp8_port(settings: Settings) -> Settings:
+    """The settings of the FP8 variant's vLLM: the same but for its address."""
+    backend = settings.backend.model_copy(update={"base_url": settings.backend.fp8_base_url})
+    return settings.model_copy(update={"backend": backend})
+
+
+def stack_variants(settings: Settings, original: ModelManifest, fp8: ModelManifest | None) -> dict[str, Variant]:
+    """The variants this stack serves, each described as what it is."""
+    model = settings.model
+    served = {"original": Variant(replicas=[settings.backend.base_url], description=f"{original.name} ({model.dir})")}
+    if fp8 is not None:
+        served["fp8"] = Variant(
+            replicas=[settings.backend.fp8_base_url],
+            description=f"{fp8.name}, its FP8_DYNAMIC copy by llmcompressor ({model.fp8_dir})",
+        )
+    return served
+
+
+async def declare_variants(settings: Settings, served: dict[str, Variant], say: Callable[[str], None]) -> None:
+    """The shared configuration holds the variants this stack serves, as served now; the operator's choices
+    (active, canary) stay, unless they name the stack's FP8 variant and this run does not serve it (`make run`
+    after `make run FP8=1`): then the original is active again."""
+    fp8 = Variant(replicas=[settings.backend.fp8_base_url])
+
+    def declare(config: BackendConfig) -> BackendConfig:
+        for name, variant in served.items():
+            config = config.with_variant(name, variant)
+        if "fp8" in served or config.variants.get("fp8", fp8).replicas != fp8.replicas:
+            return config
+        if config.canary is not None and config.canary.variant == "fp8":
+            config = config.with_canary(None)
+        return config.with_active("original") if config.active == "fp8" else config
+
+    async with open_store(settings.redis.url) as store:
+        await store.seed_backend_config(BackendConfig(active="original", variants=served))
+        before = await store.backend_config()
+        after = await store.update_backend_config(declare)
+    if before is not None and before.active != after.active:
+        say(f"The active variant was '{before.active}', which this run does not serve: now '{after.active}'.")
 
 
 DEMO_TEACHER = "teacher@example.org"
@@ -160,9 +207,19 @@ def run_stack(settings: Settings, say: Callable[[str], None]) -> None:
         cache=settings.state_dir / "cache",
     )
     say(announce(settings.model.dir, manifest))
+    fp8 = None
+    if model.fp8:
+        if current_copy(model.dir, model.fp8_dir) is None:
+            say(f"FP8: making the copy of {model.dir} in {model.fp8_dir} (llmcompressor: ~1.5 GB the first time)")
+        fp8 = prepare_fp8_copy(model.dir, model.fp8_dir)
+        say(announce(model.fp8_dir, fp8))
     with ExitStack() as stack:
         _ensure_redis(settings, stack, say)
-        _ensure_vllm(settings, stack, say)
+        _ensure_vllm(settings, model.dir, stack, say)
+        if fp8 is not None:
+            _ensure_vllm(_on_fp8_port(settings), model.fp8_dir, stack, say, variant="fp8")
+        if settings.routing.backends_file is None:  # a file declares its own variants
+            asyncio.run(declare_variants(settings, stack_variants(settings, manifest, fp8), say))
         url = f"http://{settings.api.host}:{settings.api.port}"
         env = dict(os.environ)
         if settings.environment == "development":
