@@ -270,8 +270,13 @@ class DocumentSettings(BaseModel):
     readers: int = Field(default=2, ge=1)
     # The reader's address space (RLIMIT_AS): Python with lxml and pypdf takes ~100 MiB of it before reading.
     memory_mib: int = Field(default=768, ge=128)
-    # Wall-clock seconds a reader may take (and CPU seconds, RLIMIT_CPU): a 200-page PDF takes ~5 s on 2 cores.
+    # CPU seconds a reader may spend (RLIMIT_CPU): what says a file is too heavy, however busy the machine. A
+    # 200-page PDF takes ~5 s of a core.
     time_s: float = Field(default=20.0, gt=0)
+    # Wall-clock seconds before a reader is stopped whatever it does (never less than `time_s`). A reader runs at a
+    # lower priority than the service, so on a busy machine it gets a share of a core and its wall-clock time
+    # stretches where its CPU time does not: this bound ends a reader that is stuck, not one that is slow.
+    wall_s: float = Field(default=120.0, gt=0)
     # A PDF with more pages is refused unread: a passage fills a few pages, and slides a few dozen.
     max_pages: int = Field(default=200, ge=1)
     # A .docx's text part (word/document.xml) uncompressed: a passage's is tens of kilobytes, a 300-page book's

@@ -3,10 +3,11 @@
 A file is whatever a teacher's computer, or anyone with a teacher's password, sends: a 1 MB .docx can hold
 gigabytes of XML, and a PDF can be built to make its reader loop. `documents.py` looks inside before it
 parses; what it misses is bounded here. The child caps its own address space (RLIMIT_AS) and CPU time
-(RLIMIT_CPU) before it imports a parser, runs at a lower priority than the service, and is killed when its
-wall-clock time is up; its result comes back as JSON on stdout. Whatever way it fails, the service answers
-the teacher with a sentence and its own memory does not move. A process a file costs ~0.2 s of start-up,
-nothing beside a teacher's upload; at most `documents.readers` run at once per service process.
+(RLIMIT_CPU: what a file may cost) before it imports a parser, runs at a lower priority than the service, and is
+killed when its wall-clock time is up (a bound for a stuck reader, far above its CPU time: a busy machine stretches
+a low-priority reader's clock, not its CPU time); its result comes back as JSON on stdout. Whatever way it fails,
+the service answers the teacher with a sentence and its own memory does not move. A process a file costs ~0.2 s
+of start-up, nothing beside a teacher's upload; at most `documents.readers` run at once per service process.
 
     python -m service.classroom.document_worker '{"filename": ..., "limits": {...}, ...}' < file
 """
@@ -63,10 +64,11 @@ class DocumentReader:
             "cpu_s": self._settings.time_s,
         }
         argv = [sys.executable, "-m", __name__, orjson.dumps(job).decode()]
+        wall_s = max(self._settings.wall_s, self._settings.time_s)
         try:
-            done = subprocess.run(argv, input=data, capture_output=True, timeout=self._settings.time_s, check=False)
+            done = subprocess.run(argv, input=data, capture_output=True, timeout=wall_s, check=False)
         except subprocess.TimeoutExpired as exc:
-            log.warning("reading %r (%d bytes) took over %.0f s: stopped", filename, len(data), self._settings.time_s)
+            log.warning("reading %r (%d bytes) took over %.0f s of the clock: stopped", filename, len(data), wall_s)
             raise DocumentTooComplex() from exc
         if done.returncode != 0:
             # Out of memory, out of CPU time (SIGXCPU), or a parser that crashed: the file is the cause.
