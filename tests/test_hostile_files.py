@@ -3,8 +3,9 @@ real service process while a pupil's page is open on it and the pupil's answer s
 
 Each gets its answer (a 4xx with a sentence, or the file), the class's passages stay as they were, the service's
 peak memory grows by at most `MEMORY_MIB` (its VmHWM, reset before each case), and the pupil's page hears the
-keep-alive (every 0.1 s here) all along: its longest silence stays under `SILENCE_S`, where a parse on the event
-loop used to stop it for seconds (4.4 s for an 800-page PDF, 143 s for a 0.4 MB .docx of 100 MB of XML)."""
+keep-alive (every 0.1 s here) all along: its longest silence stays under `SILENCE_S` (or a bound scaled from the
+machine's own gaps), where a parse on the event loop used to stop it for seconds (4.4 s for an 800-page PDF, 143 s
+for a 0.4 MB .docx of 100 MB of XML)."""
 
 import threading
 import time
@@ -37,7 +38,10 @@ from tests.servers import RunningService, isolated, service_process
 pytestmark = pytest.mark.slow  # a service process of its own, and files that take seconds to make
 
 KEEPALIVE_S = 0.1
-# Goal 0.25 s on a quiet machine (benchmarks/uploads.py measures it); here vLLM, pytest and the reader share 2 cores.
+# Goal 0.25 s on a quiet machine (benchmarks/uploads.py measures it); here vLLM, pytest and the reader share 2 cores,
+# and a busier machine stretches every gap: the bound is this, or 3 times the longest silence of an answer streamed
+# beside a request that reads nothing (`School.silence_bound`), if that is more. A parse on the event loop stopped the
+# page for 4.4 s (an 800-page PDF) and 143 s (a .docx of 100 MB of XML).
 SILENCE_S = 1.0
 MEMORY_MIB = 100
 EXPORTED = 3000
@@ -101,6 +105,7 @@ class School:
     pupil: httpx.Client
     classroom: dict[str, object]
     passage_id: str
+    silence_bound: float = SILENCE_S
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +121,11 @@ def school(vllm_settings: Settings) -> Iterator[School]:
         classroom = create_classroom(teacher)
         passage = add_passage(teacher, str(classroom["id"]), passage_text(300))
         with closing(joined_pupil(running.url, str(classroom["join_code"]), "Ada")) as pupil:
-            yield School(running, settings, teacher, pupil, classroom, passage["id"])
+            school = School(running, settings, teacher, pupil, classroom, passage["id"])
+            quiet = max(while_streaming(school, lambda: teacher.get("/healthz"))[1] for _ in range(2))
+            school.silence_bound = max(SILENCE_S, 3 * quiet)
+            report("a pupil's page, longest silence beside a request that reads nothing (s)", round(quiet, 3))
+            yield school
 
 
 def while_streaming(school: School, request: Callable[[], httpx.Response]) -> tuple[httpx.Response, float, float]:
@@ -178,7 +187,7 @@ def test_a_hostile_or_heavy_upload_is_refused_with_a_sentence_while_pupils_go_on
     assert response.status_code in (413, 422), response.text
     assert sentence in error_of(response)["message"]
     assert passages_of(school) == passages, "what was stored stays stored, and nothing was added"
-    assert silence < SILENCE_S, f"the pupil's page heard nothing for {silence:.2f} s"
+    assert silence < school.silence_bound, f"the pupil's page heard nothing for {silence:.2f} s"
     assert memory_mib <= MEMORY_MIB, f"the service grew by {memory_mib:.0f} MiB"
 
 
@@ -210,7 +219,7 @@ def test_a_long_pasted_passage_is_counted_off_the_event_loop_a_piece_at_a_time(
     report(f"paste of {case}", {"silence_s": round(silence, 3), "peak_mib": round(memory_mib)})
     assert response.status_code == 422 and sentence in error_of(response)["message"]
     assert passages_of(school) == passages
-    assert silence < SILENCE_S and memory_mib <= MEMORY_MIB
+    assert silence < school.silence_bound and memory_mib <= MEMORY_MIB
 
 
 def test_a_big_classes_export_is_read_and_written_a_page_at_a_time(school: School) -> None:
@@ -224,4 +233,4 @@ def test_a_big_classes_export_is_read_and_written_a_page_at_a_time(school: Schoo
     rows = exported_rows(school.teacher, classroom_id)
     assert len(rows) >= EXPORTED  # and the questions the page's answers added
     assert rows[-1]["Question"] == "Question 1 from Ada?"  # newest first, down to the oldest
-    assert silence < SILENCE_S and memory_mib <= MEMORY_MIB
+    assert silence < school.silence_bound and memory_mib <= MEMORY_MIB
