@@ -11,7 +11,7 @@ them (its prompt, passage first, and its sampling), streamed, one at a time as a
 Prints a table (medians with a 95% bootstrap interval over all rounds, the sample size) and writes
 benchmarks/results/second-engine.json.
 
-    .venv/bin/python -m benchmarks.second_engine [--rounds 3] [--questions 8]
+    .venv/bin/python -m benchmarks.second_engine [--rounds 3] [--questions 6] [--answer-tokens 32]
 """
 
 import argparse
@@ -73,7 +73,8 @@ def interval(values: list[float], rng: np.random.Generator) -> tuple[float, floa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--questions", type=int, default=8, help="a round's questions on each arm")
+    parser.add_argument("--questions", type=int, default=6, help="a round's questions on each arm")
+    parser.add_argument("--answer-tokens", type=int, default=32, help="tokens an answer (FP8 is slow here)")
     args = parser.parse_args()
 
     settings = Settings(state_dir=STATE)
@@ -87,7 +88,7 @@ def main() -> None:
     prompts = Prompts.from_settings(Settings(model=ModelSettings(dir=original_dir)))
     bees = next(p for p in load_rubrics().passages if p.title == "The honeybee")
     questions = [q.question for q in bees.questions]
-    sampling = settings.answer.sampling()
+    sampling = settings.answer.sampling() | {"max_tokens": args.answer_tokens}
     model = settings.served_name(original_dir)
 
     def on(url: str) -> Settings:
@@ -149,6 +150,7 @@ def main() -> None:
                 "machine": machine(),
                 "rounds": args.rounds,
                 "questions": args.questions,
+                "answer_tokens": args.answer_tokens,
                 "fp8_start_s": starts,
                 "memory": memory,
                 "arms": rows,

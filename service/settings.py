@@ -203,6 +203,10 @@ class AnswerSettings(BaseModel):
     # While a question waits for its first token (and all along), an SSE comment this often keeps
     # proxies with idle timeouts (nginx's proxy_read_timeout, load balancers) from cutting the stream.
     keepalive_s: float = 10.0
+    # An open page's stream (a pupil's class notices, a teacher's feed) tells the browser to reconnect after a delay
+    # drawn between 1 s and this (SSE's `retry:`): the thousands of pages a pod drops when it rolls come back
+    # spread over it, rather than all at once after the browser's default ~3 s.
+    page_reconnect_max_s: float = Field(default=10.0, ge=1.0)
     # The longest an answer may take (a Stop's note to its writer lasts this long; a question's turn on a
     # replica lapses after it). 256 tokens take ~20 s on a CPU with 0.5b, ~2 s on a GPU.
     longest_s: float = 180.0

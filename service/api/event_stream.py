@@ -9,10 +9,12 @@ disconnecting ends the events' generator at once, even while it waits. An answer
 (`service.classroom.live`): ending them leaves the answer to be written to its end.
 
 An endless stream (an open page) ends when the server begins to shut down (`Draining`): uvicorn waits for every
-response to end before it stops, and the page's EventSource reconnects, to another process.
+response to end before it stops, and the page's EventSource reconnects, to another process, after the random delay
+the stream opened with (`retry:`), so that a rolled pod's pages do not all come back in the same second.
 """
 
 import asyncio
+import random
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any
@@ -50,6 +52,12 @@ EVENT_SCHEMA = {
 }
 
 
+def page_retry(max_s: float) -> bytes:
+    """The field that opens a page's stream: reconnect after a random delay between 1 s and `max_s`. Without the
+    blank line that would end an event: a browser takes the field at once, and no client sees an empty event."""
+    return b"retry: %d\n" % random.randint(1000, max(1000, int(max_s * 1000)))
+
+
 def sse_event(name: bytes, data: bytes) -> bytes:
     """One event as the stream sends it: its name and its one line of data (JSON, which has no newline)."""
     return b"event: " + name + b"\ndata: " + data + b"\n\n"
@@ -62,13 +70,21 @@ def event_stream_documented(description: str) -> dict[str, Any]:
 
 class EventStream(Response):
     """A response whose body is `events` (each an encoded SSE event), as they come; with `draining`, one that
-    ends when the server begins to stop. A `Response` for FastAPI to pass through as it is; none of Starlette's
-    body handling is used."""
+    ends when the server begins to stop, opened by `opening` (a page's `retry:`). A `Response` for FastAPI to pass
+    through as it is; none of Starlette's body handling is used."""
 
     media_type = "text/event-stream"
 
-    def __init__(self, events: AsyncGenerator[bytes], *, keepalive_s: float, draining: Draining | None = None) -> None:
+    def __init__(
+        self,
+        events: AsyncGenerator[bytes],
+        *,
+        keepalive_s: float,
+        draining: Draining | None = None,
+        opening: bytes = b"",
+    ) -> None:
         self.status_code = 200
+        self._opening = opening
         self.background: BackgroundTask | None = None
         self._events = events
         self._keepalive_s = keepalive_s
@@ -80,6 +96,8 @@ class EventStream(Response):
 
     async def __call__(self, _scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+        if self._opening:
+            await send({"type": "http.response.body", "body": self._opening, "more_body": True})
         loop = asyncio.get_running_loop()
         self._last_sent = loop.time()
         self._timer = loop.call_later(self._keepalive_s, self._keep_alive, send, loop)

@@ -21,7 +21,7 @@ from service.api.deps import (
     end_session,
     set_session_cookie,
 )
-from service.api.event_stream import EventStream, event_stream_documented, sse_event
+from service.api.event_stream import EventStream, event_stream_documented, page_retry, sse_event
 from service.api.schemas import (
     JSON_BODY,
     STORE,
@@ -102,7 +102,13 @@ async def pupil_notices(services: Services, session_token: str | None) -> EventS
 
 def _notices(services: Services, pupil: PupilSession) -> EventStream:
     events = services.notices.rendered(pupil.classroom_id, _notice_event)
-    return EventStream(events, keepalive_s=services.settings.answer.keepalive_s, draining=services.draining)
+    answer = services.settings.answer
+    return EventStream(
+        events,
+        keepalive_s=answer.keepalive_s,
+        draining=services.draining,
+        opening=page_retry(answer.page_reconnect_max_s),
+    )
 
 
 def _notice_event(cached: CachedClass | None) -> bytes:

@@ -24,7 +24,7 @@ from service.api.deps import (
     end_session,
     set_session_cookie,
 )
-from service.api.event_stream import EventStream, event_stream_documented, sse_event
+from service.api.event_stream import EventStream, event_stream_documented, page_retry, sse_event
 from service.api.schemas import (
     JSON_BODY,
     STORE,
@@ -320,4 +320,10 @@ async def live_questions(classroom: OwnClassroom, store: StoreDep, services: Ser
         async for published in store.classroom_events(classroom.id):
             yield _question_event(published)
 
-    return EventStream(events(), keepalive_s=services.settings.answer.keepalive_s, draining=services.draining)
+    answer = services.settings.answer
+    return EventStream(
+        events(),
+        keepalive_s=answer.keepalive_s,
+        draining=services.draining,
+        opening=page_retry(answer.page_reconnect_max_s),
+    )
