@@ -44,6 +44,15 @@ def new_page(browser: Browser, *, phone: bool = False) -> Page:
     return watched(context.new_page())
 
 
+def join_in_browser(page: Page, url: str, code: str, name: str) -> Page:
+    """The join page at `url`, filled in and sent as a pupil does; the caller expects what follows."""
+    page.goto(f"{url}/")
+    page.get_by_label("Class code").fill(code)
+    page.get_by_label("Your first name").fill(name)
+    page.get_by_role("button", name="Join").click()
+    return page
+
+
 def shot(page: Page, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)

@@ -6,7 +6,7 @@ import httpx
 from playwright.sync_api import Browser, Locator, Page, expect
 
 from service.settings import Settings
-from tests.browser import CSP_BLOCKED, assert_accessible, new_page, shot
+from tests.browser import CSP_BLOCKED, assert_accessible, join_in_browser, new_page, shot
 from tests.helpers import PASSWORD, Join, add_passage, ask_json, create_classroom, new_teacher_account, passage_text
 
 WRONG_TOKEN = "That is not the operator token. Check it for typing mistakes and try again."
@@ -43,11 +43,7 @@ def test_back_after_signing_out_shows_no_class_page(browser: Browser, settings: 
         assert "Class 6C" not in teacher.content() and code not in teacher.content()
 
     # A pupil who leaves: Back does not show the class.
-    pupil = new_page(browser, phone=True)
-    pupil.goto(f"{service}/")
-    pupil.get_by_label("Class code").fill(code)
-    pupil.get_by_label("Your first name").fill("Ada")
-    pupil.get_by_role("button", name="Join").click()
+    pupil = join_in_browser(new_page(browser, phone=True), service, code, "Ada")
     expect(pupil.get_by_role("heading", name="Class 6C, Friday")).to_be_visible()
     pupil.get_by_role("button", name="Leave").click()
     expect(pupil.get_by_role("heading", name="Join your class")).to_be_visible()

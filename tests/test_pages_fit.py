@@ -11,7 +11,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from service.app import create_app
 from service.settings import Settings
-from tests.browser import CSP_BLOCKED, assert_accessible, new_page, shot
+from tests.browser import CSP_BLOCKED, assert_accessible, join_in_browser, new_page, shot
 from tests.helpers import PASSWORD, add_passage, create_classroom, new_teacher_account, passage_text
 from tests.servers import ServerThread, isolated
 
@@ -39,11 +39,7 @@ def signed_in_client(url: str, email: str) -> httpx.Client:
 
 
 def pupil(browser: Browser, url: str, code: str, *, phone: bool) -> Page:
-    page = new_page(browser, phone=phone)
-    page.goto(f"{url}/")
-    page.get_by_label("Class code").fill(code)
-    page.get_by_label("Your first name").fill("Ada")
-    page.get_by_role("button", name="Join").click()
+    page = join_in_browser(new_page(browser, phone=phone), url, code, "Ada")
     expect(page.get_by_role("heading", name="The honeybee")).to_be_visible()
     return page
 

@@ -19,7 +19,7 @@ from playwright.sync_api import Browser, Page, expect
 from service.app import create_app
 from service.records import STOPPED
 from service.settings import Settings
-from tests.browser import CSP_BLOCKED, assert_accessible, new_page, shot
+from tests.browser import CSP_BLOCKED, assert_accessible, join_in_browser, new_page, shot
 from tests.helpers import add_passage, create_classroom, passage_text, signed_in_teacher
 from tests.servers import ServerThread, isolated
 
@@ -135,10 +135,7 @@ def joined(browser: Browser, url: str, code: str, name: str, *, phone: bool = Tr
     page = new_page(browser, phone=phone)
     if clock:  # the page's timers run on a clock the test moves on
         page.clock.install()
-    page.goto(f"{url}/")
-    page.get_by_label("Class code").fill(code)
-    page.get_by_label("Your first name").fill(name)
-    page.get_by_role("button", name="Join").click()
+    join_in_browser(page, url, code, name)
     expect(page.get_by_role("heading", name="The honeybee")).to_be_visible()
     return page
 

@@ -5,16 +5,12 @@ kindly (its question kept) if that passage was taken away; a closed class says s
 import httpx
 from playwright.sync_api import Browser, Page, expect
 
-from tests.browser import CSP_BLOCKED, assert_accessible, new_page, shot
+from tests.browser import CSP_BLOCKED, assert_accessible, join_in_browser, new_page, shot
 from tests.helpers import add_passage, create_classroom, passage_text, stored_questions
 
 
 def pupil_page(browser: Browser, service: str, code: str, name: str, title: str) -> Page:
-    page = new_page(browser, phone=True)
-    page.goto(f"{service}/")
-    page.get_by_label("Class code").fill(code)
-    page.get_by_label("Your first name").fill(name)
-    page.get_by_role("button", name="Join").click()
+    page = join_in_browser(new_page(browser, phone=True), service, code, name)
     expect(page.get_by_role("heading", name=title)).to_be_visible()
     return page
 

@@ -9,7 +9,7 @@ import httpx
 from playwright.sync_api import Browser, Page, expect
 
 from service.settings import Settings
-from tests.browser import CSP_BLOCKED, assert_accessible, new_page, shot
+from tests.browser import CSP_BLOCKED, assert_accessible, join_in_browser, new_page, shot
 from tests.documents import docx_bytes
 from tests.helpers import (
     PASSWORD,
@@ -63,11 +63,7 @@ def test_adding_and_publishing_are_two_steps_and_passages_can_be_read_edited_and
     expect(teacher.get_by_label("Text", exact=True)).to_have_value("")
     expect(teacher.locator("#published-state")).to_have_text("Pupils see no passage yet: publish one.")
     code = teacher.locator("#join-code").inner_text()
-    pupil = new_page(browser, phone=True)
-    pupil.goto(f"{service}/")
-    pupil.get_by_label("Class code").fill(code)
-    pupil.get_by_label("Your first name").fill("Ada")
-    pupil.get_by_role("button", name="Join").click()
+    pupil = join_in_browser(new_page(browser, phone=True), service, code, "Ada")
     expect(pupil.get_by_role("heading", name="No passage yet")).to_be_visible()
 
     # Published with the keyboard alone: pupils see it.
@@ -218,11 +214,7 @@ def test_classes_are_listed_with_their_dates_and_questions_archived_restored_and
     teacher.get_by_role("link", name="Class 3A").click()
     teacher.get_by_role("button", name="Archive this class").click()
     expect(teacher.locator("#open-state")).to_contain_text("This class is archived")
-    pupil = new_page(browser, phone=True)
-    pupil.goto(f"{service}/")
-    pupil.get_by_label("Class code").fill(busy["join_code"])
-    pupil.get_by_label("Your first name").fill("Ben")
-    pupil.get_by_role("button", name="Join").click()
+    pupil = join_in_browser(new_page(browser, phone=True), service, busy["join_code"], "Ben")
     expect(pupil.get_by_role("alert")).to_contain_text("put away by the teacher")
     teacher.get_by_role("link", name="All classes").click()
     expect(teacher.get_by_role("heading", name="Archived classes")).to_be_visible()
